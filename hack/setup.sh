@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Install everything PoolPilot's tests and local runs need, idempotently:
+#   - Debian packages: prometheus (the real server the tests scrape with)
+#   - the control-plane binaries (etcd, kube-apiserver, kube-controller-manager, kubectl), built from the
+#     Kubernetes Go modules into ~/.cache/poolpilot (reused when present; first build ~15-25 min on 2 cores)
+#   - a virtualenv in .venv with poolpilot installed editable plus its test, executor (torch) and sim extras
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '==> %s\n' "$*"; }
+
+if ! command -v prometheus >/dev/null 2>&1; then
+  log "installing Debian package prometheus"
+  export DEBIAN_FRONTEND=noninteractive
+  # The package's maintainer scripts would start a system service; we only need the binary.
+  policy_rc=/usr/sbin/policy-rc.d
+  created_policy=0
+  if [[ ! -e $policy_rc ]]; then printf '#!/bin/sh\nexit 101\n' > "$policy_rc"; chmod +x "$policy_rc"; created_policy=1; fi
+  apt-get update -qq || true
+  apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  if (( created_policy )); then rm -f "$policy_rc"; fi
+fi
+prometheus --version 2>&1 | head -1
+
+log "control-plane binaries"
+bash hack/build-control-plane.sh
+
+PY="${PYTHON:-python3}"
+if [[ ! -x .venv/bin/python ]]; then
+  log "creating .venv"
+  "$PY" -m venv .venv
+fi
+log "installing poolpilot[test,executor,sim] into .venv"
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e '.[test,executor,sim]'
+log "setup done"
