@@ -78,3 +78,7 @@ def namespace(control_plane: ControlPlane) -> Iterator[str]:
             yield name
         finally:
             core.delete_namespace(name)
+
+
+# Real Prometheus and the executor subprocess (fixture factories).
+from poolpilot.testing.prometheus import executor_process, prometheus  # noqa: E402, F401
