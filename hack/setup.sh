@@ -24,6 +24,8 @@ prometheus --version 2>&1 | head -1
 
 log "control-plane binaries"
 bash hack/build-control-plane.sh
+log "helm"
+bash hack/build-helm.sh
 
 PY="${PYTHON:-python3}"
 if [[ ! -x .venv/bin/python ]]; then

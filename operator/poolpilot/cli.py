@@ -16,7 +16,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("poolpilot.runner", "run the operator (wraps kopf with PoolPilot's settings)"),
     "crds": ("poolpilot.api.crdgen", "print the CustomResourceDefinitions generated from poolpilot.api"),
     "simulate": ("poolpilot.sim.cli", "replay a trace through the fleet simulator with policies in the loop"),
-    "bench": ("poolpilot.sim.bench", "benchmark PoolPilot against HPA, KEDA, Knative, AIMD, static and oracle"),
+    "bench": ("poolpilot.sim.bench", "benchmark PoolPilot against HPA, KEDA, KPA, AIMD, static and oracle"),
     "loadgen": ("poolpilot.loadgen", "replay a trace open-loop against Triton-protocol servers"),
 }
 

@@ -23,6 +23,7 @@ SCALING_LIMITED: Final = "ScalingLimited"  # InferencePool: the decision was cla
 COST_LIMITED: Final = "CostLimited"  # InferencePool: meeting the objective would exceed the cost ceiling
 NODES_LIMITED: Final = "NodesLimited"  # GPUNodePool: demand exceeds nodes.max
 PROVIDER_READY: Final = "ProviderReady"  # GPUNodePool: the provider accepted the last change
+ACTIVE: Final = "Active"  # InferencePool: may the operator change anything (False in Recommend, Off)
 
 # ---- reasons
 RECONCILED: Final = "Reconciled"
@@ -32,10 +33,15 @@ NODE_POOL_NOT_FOUND: Final = "NodePoolNotFound"
 NAMESPACE_NOT_ADMITTED: Final = "NamespaceNotAdmitted"
 REPLICA_DOES_NOT_FIT: Final = "ReplicaDoesNotFitNode"
 MODE_OFF: Final = "ModeOff"
+MODE_AUTO: Final = "ModeAuto"
 MODE_RECOMMEND: Final = "ModeRecommend"
 METRICS_PRESENT: Final = "MetricsPresent"
 METRICS_MISSING: Final = "MetricsMissing"
 METRICS_STALE: Final = "MetricsStale"
+METRICS_UNREACHABLE: Final = "MetricsUnreachable"
+NODE_POOL_INVALID: Final = "NodePoolInvalid"
+OBSERVE_ONLY: Final = "ObserveOnly"
+POOL_NOT_READY: Final = "PoolNotReady"
 BATCHING_IN_SYNC: Final = "BatchingInSync"
 BATCHING_ROLLING_OUT: Final = "BatchingRollingOut"
 BATCHING_ROLLED_BACK: Final = "BatchingRolledBack"

@@ -1,0 +1,437 @@
+"""The operator as a user runs it (`python -m poolpilot.cli run ...`) against a real control plane.
+
+Everything goes through kubectl, like a user would; every wait is a poll with a deadline. The
+operator is pointed at a Prometheus URL nobody listens on at first, so it must report
+MetricsAvailable=False with a clear message and keep running; the last test then starts a real
+Prometheus on that very port, scraping a real executor under load, and the operator must pick the
+signals up (the recovery path) without a restart.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from poolpilot import loadgen, loadgen_schedule
+from poolpilot.testing.controlplane import ControlPlane
+from poolpilot.testing.prometheus import (  # noqa: F401  (fixture)
+    ExecutorProcess,
+    executor_process,
+    write_emulated_model,
+)
+
+pytestmark = pytest.mark.cluster
+
+REPO = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Operator:
+    def __init__(
+        self,
+        proc: subprocess.Popen[bytes],
+        log: Path,
+        prometheus_url: str,
+        liveness_port: int,
+        metrics_port: int,
+        prometheus_port: int,
+    ):
+        self.proc = proc
+        self.log = log
+        self.prometheus_url = prometheus_url
+        self.liveness_port = liveness_port
+        self.metrics_port = metrics_port
+        self.prometheus_port = prometheus_port
+
+    def own_metrics(self) -> dict[str, float]:
+        """The operator's /metrics page as {series: value}."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+        out = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+                out[f"{sample.name}{{{labels}}}"] = sample.value
+        return out
+
+    def tail(self, n: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+
+    def assert_alive(self) -> None:
+        assert self.proc.poll() is None, f"operator exited with {self.proc.returncode}:\n{self.tail()}"
+
+
+@pytest.fixture(scope="module")
+def crds(control_plane: ControlPlane) -> None:
+    control_plane.kubectl("apply", "-f", str(REPO / "crds"))
+    deadline = time.monotonic() + 60
+    for crd in ("inferencepools.poolpilot.io", "gpunodepools.poolpilot.io"):
+        # Polled rather than `kubectl wait`, which errors while status.conditions is still absent.
+        while (
+            not (c := condition(get_json(control_plane, "crd", crd), "Established")) or c["status"] != "True"
+        ):
+            assert time.monotonic() < deadline, f"CRD {crd} not Established after 60 s"
+            time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def operator(
+    control_plane: ControlPlane, crds: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Operator]:
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    prometheus_port = free_port()  # nothing listens there until the last test starts Prometheus
+    prometheus_url = f"http://127.0.0.1:{prometheus_port}"
+    liveness_port = free_port()
+    metrics_port = free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "poolpilot.cli",
+        "run",
+        "--standalone",
+        "--all-namespaces",
+        "--prometheus-url",
+        prometheus_url,
+        "--liveness-port",
+        str(liveness_port),
+        "--metrics-port",
+        str(metrics_port),
+        "--log-format",
+        "json",
+    ]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, env=control_plane.env(), stdout=out, stderr=subprocess.STDOUT)
+    op = Operator(proc, log, prometheus_url, liveness_port, metrics_port, prometheus_port)
+    try:
+        wait_for(lambda: _healthz(liveness_port), "operator liveness endpoint", op, timeout_s=60)
+        yield op
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def _healthz(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+def wait_for(fn: Callable[[], T | None], what: str, op: Operator, timeout_s: float = 60.0) -> T:
+    deadline = time.monotonic() + timeout_s
+    last: T | None = None
+    while time.monotonic() < deadline:
+        op.assert_alive()
+        last = fn()
+        if last:
+            return last
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what} (last: {last!r})\n{op.tail()}")
+
+
+def get_json(cp: ControlPlane, *args: str) -> dict[str, Any] | None:
+    result = cp.kubectl("get", *args, "-o", "json", check=False)
+    if result.returncode != 0:
+        assert "NotFound" in result.stderr, result.stderr
+        return None
+    parsed: dict[str, Any] = json.loads(result.stdout)
+    return parsed
+
+
+def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c["type"] == type_:
+            return dict(c)
+    return None
+
+
+def apply(cp: ControlPlane, manifest: dict[str, Any]) -> None:
+    cp.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+
+
+def deployment(namespace: str, name: str = "chat-triton", replicas: int = 2) -> dict[str, Any]:
+    labels = {"app": name, "poolpilot.io/pool": "chat"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "triton", "image": "registry.k8s.io/pause:3.10"}]},
+            },
+        },
+    }
+
+
+def node_pool(name: str, match_labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "poolpilot.io/v1alpha1",
+        "kind": "GPUNodePool",
+        "metadata": {"name": name},
+        "spec": {
+            "provider": {"fake": {"nodes": 1}},
+            "gpusPerNode": 8,
+            "nodes": {"min": 0, "max": 4},
+            "pricePerNodeHourUSD": 29.4,
+            "namespaceSelector": {"matchLabels": match_labels},
+        },
+    }
+
+
+def inference_pool(
+    namespace: str, node_pool_name: str, mode: str = "Auto", tick_s: int = 15, model: str = "llama"
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "poolpilot.io/v1alpha1",
+        "kind": "InferencePool",
+        "metadata": {"name": "chat", "namespace": namespace},
+        "spec": {
+            "mode": mode,
+            "targetRef": {"kind": "Deployment", "name": "chat-triton"},
+            "model": {"name": model, "maxBatchSize": 64},
+            "nodePool": {"name": node_pool_name},
+            "tickSeconds": tick_s,
+        },
+    }
+
+
+@pytest.fixture
+def tenant(control_plane: ControlPlane, namespace: str, operator: Operator) -> Iterator[tuple[str, str]]:
+    """A namespace labelled gpu-tier=<ns>, a GPUNodePool admitting it and the target Deployment."""
+    control_plane.kubectl("label", "namespace", namespace, f"gpu-tier={namespace}")
+    pool_name = f"gpus-{namespace}"
+    apply(control_plane, node_pool(pool_name, {"gpu-tier": namespace}))
+    apply(control_plane, deployment(namespace))
+    yield namespace, pool_name
+    control_plane.kubectl("delete", "gpunodepool", pool_name, "--wait=false", check=False)
+    operator.assert_alive()
+
+
+def test_valid_pool_becomes_ready_and_reports_metrics_unavailable(
+    control_plane: ControlPlane, operator: Operator, tenant: tuple[str, str]
+) -> None:
+    ns, pool_name = tenant
+    apply(control_plane, inference_pool(ns, pool_name))
+
+    def ready() -> dict[str, Any] | None:
+        obj = get_json(control_plane, "inferencepool", "chat", "-n", ns)
+        c = condition(obj, "Ready")
+        return obj if c and c["status"] == "True" and condition(obj, "MetricsAvailable") else None
+
+    obj = wait_for(ready, "InferencePool Ready=True", operator)
+    status = obj["status"]
+    assert status["observedGeneration"] == obj["metadata"]["generation"]
+    assert status["mode"] == "Auto"
+    assert status["replicas"] == 2
+    metrics = condition(obj, "MetricsAvailable")
+    assert metrics is not None
+    assert (metrics["status"], metrics["reason"]) == ("False", "MetricsUnreachable")
+    assert operator.prometheus_url in metrics["message"]
+    assert status["lastDecision"]["action"] == "ObserveOnly"
+    wait_for(
+        lambda: (
+            "poolpilot.io/finalizer"
+            in ((get_json(control_plane, "inferencepool", "chat", "-n", ns) or {}).get("metadata") or {}).get(
+                "finalizers", []
+            )
+        ),
+        "PoolPilot's finalizer on the ticking pool",
+        operator,
+    )
+
+    ready_series = f"poolpilot_pool_ready{{namespace={ns},pool=chat}}"
+
+    def own_ready() -> dict[str, float] | None:
+        m = operator.own_metrics()
+        return m if m.get(ready_series) == 1.0 else None
+
+    own = wait_for(own_ready, "the pool's gauges", operator)
+    assert own["poolpilot_ticks_total{kind=InferencePool,outcome=ok}"] >= 1
+    assert own["poolpilot_metric_fetches_total{outcome=unavailable}"] >= 1
+
+    def node_pool_reported() -> dict[str, Any] | None:
+        o = get_json(control_plane, "gpunodepool", pool_name)
+        return o if o and (o.get("status") or {}).get("nodes") is not None else None
+
+    node_pool_obj = wait_for(node_pool_reported, "GPUNodePool status", operator)
+    assert node_pool_obj["status"]["provider"] == "fake"
+    assert node_pool_obj["status"]["nodes"] == 1
+
+
+def test_missing_node_pool_is_reported_with_a_warning_event(
+    control_plane: ControlPlane, operator: Operator, tenant: tuple[str, str]
+) -> None:
+    ns, _ = tenant
+    apply(control_plane, inference_pool(ns, "no-such-pool"))
+
+    def not_found() -> dict[str, Any] | None:
+        c = condition(get_json(control_plane, "inferencepool", "chat", "-n", ns), "Ready")
+        return c if c and c["reason"] == "NodePoolNotFound" else None
+
+    ready = wait_for(not_found, "Ready=False NodePoolNotFound", operator)
+    assert ready["status"] == "False"
+    assert "spec.nodePool.name" in ready["message"]
+
+    def warning_event() -> list[dict[str, Any]] | None:
+        events = get_json(
+            control_plane, "events", "-n", ns, "--field-selector", "involvedObject.name=chat,type=Warning"
+        )
+        items = [e for e in (events or {}).get("items", []) if e["reason"] == "NodePoolNotFound"]
+        return items or None
+
+    events = wait_for(warning_event, "a Warning Event NodePoolNotFound", operator)
+    assert events[0]["involvedObject"]["kind"] == "InferencePool"
+
+
+def test_namespace_not_admitted_by_the_node_pool(
+    control_plane: ControlPlane, operator: Operator, tenant: tuple[str, str]
+) -> None:
+    ns, pool_name = tenant
+    control_plane.kubectl("label", "namespace", ns, "gpu-tier=other", "--overwrite")
+    apply(control_plane, inference_pool(ns, pool_name))
+
+    def forbidden() -> dict[str, Any] | None:
+        c = condition(get_json(control_plane, "inferencepool", "chat", "-n", ns), "Ready")
+        return c if c and c["reason"] == "NamespaceNotAdmitted" else None
+
+    ready = wait_for(forbidden, "Ready=False NamespaceNotAdmitted", operator)
+    assert ready["status"] == "False"
+    assert ns in ready["message"]
+
+
+def test_off_mode_and_a_spec_change_is_reported_without_waiting_for_the_tick(
+    control_plane: ControlPlane, operator: Operator, tenant: tuple[str, str]
+) -> None:
+    ns, pool_name = tenant
+    # A long tick: only the update handler waking the daemon can make the change show up quickly.
+    apply(control_plane, inference_pool(ns, pool_name, mode="Auto", tick_s=600))
+    wait_for(
+        lambda: (
+            (c := condition(get_json(control_plane, "inferencepool", "chat", "-n", ns), "Active"))
+            and c["status"] == "True"
+        ),
+        "Active=True in Auto",
+        operator,
+    )
+
+    changed_at = time.monotonic()
+    apply(control_plane, inference_pool(ns, pool_name, mode="Off", tick_s=600))
+
+    def off() -> dict[str, Any] | None:
+        obj = get_json(control_plane, "inferencepool", "chat", "-n", ns)
+        c = condition(obj, "Active")
+        return obj if c and c["reason"] == "ModeOff" else None
+
+    obj = wait_for(off, "Active=False ModeOff after the spec change", operator, timeout_s=60)
+    print(f"spec change reported {time.monotonic() - changed_at:.2f} s after kubectl apply (tickSeconds 600)")
+    assert condition(obj, "Active")["status"] == "False"  # type: ignore[index]
+    assert obj["status"]["mode"] == "Off"
+    assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"] == 2
+
+
+def test_deleting_a_pool_leaves_no_finalizer_behind(
+    control_plane: ControlPlane, operator: Operator, tenant: tuple[str, str]
+) -> None:
+    ns, pool_name = tenant
+    apply(control_plane, inference_pool(ns, pool_name))
+    wait_for(
+        lambda: (
+            "poolpilot.io/finalizer"
+            in ((get_json(control_plane, "inferencepool", "chat", "-n", ns) or {}).get("metadata") or {}).get(
+                "finalizers", []
+            )
+        ),
+        "the operator's finalizer while the pool ticks",
+        operator,
+    )
+
+    control_plane.kubectl("delete", "inferencepool", "chat", "-n", ns, "--wait=false")
+
+    wait_for(
+        lambda: get_json(control_plane, "inferencepool", "chat", "-n", ns) is None,
+        "the InferencePool to disappear",
+        operator,
+        timeout_s=60,
+    )
+
+
+async def test_operator_picks_up_real_signals_once_prometheus_appears(
+    control_plane: ControlPlane,
+    operator: Operator,
+    tenant: tuple[str, str],
+    tmp_path: Path,
+    executor_process: Any,  # noqa: F811
+    labelled_prometheus: Any,
+) -> None:
+    ns, pool_name = tenant
+    apply(control_plane, inference_pool(ns, pool_name, tick_s=5, model="emu"))
+    wait_for(
+        lambda: (
+            (c := condition(get_json(control_plane, "inferencepool", "chat", "-n", ns), "MetricsAvailable"))
+            and c["reason"] == "MetricsUnreachable"
+        ),
+        "MetricsUnreachable before Prometheus exists",
+        operator,
+    )
+
+    repo = tmp_path / "models"
+    write_emulated_model(repo, "emu", latency_ms=(3.0, 0.5), max_batch_size=16, max_queue_delay_us=4000)
+    executor: ExecutorProcess = executor_process(repo, ["emu"])
+    prom = labelled_prometheus(
+        {"triton": [executor.metrics_target]},
+        labels={"namespace": ns, "pool": "chat"},
+        port=operator.prometheus_port,
+    )
+    prom.wait_for_targets_up()
+    schedule = loadgen_schedule.synthetic("constant", base_rps=150, duration_s=5.0, seed=5)
+    report = await loadgen.run(loadgen.LoadgenConfig(urls=(executor.url,), model="emu"), schedule)
+    assert report.succeeded == len(schedule)
+    await prom.await_scrapes(2)
+    loaded_at = time.monotonic()
+
+    def metrics_present() -> dict[str, Any] | None:
+        obj = get_json(control_plane, "inferencepool", "chat", "-n", ns)
+        c = condition(obj, "MetricsAvailable")
+        return obj if c and c["status"] == "True" else None
+
+    obj = wait_for(metrics_present, "MetricsAvailable=True from the real Prometheus", operator, timeout_s=60)
+    print(f"MetricsAvailable=True {time.monotonic() - loaded_at:.1f} s after the load (tickSeconds 5)")
+    signals = obj["status"]["signals"]
+    assert 3.0 <= signals["p99Ms"] <= report.latency_p99_ms * 1.1
+    assert signals["avgBatchSize"] > 1.0
+    assert signals["requestRatePerSecond"] > 0
+    assert any("ms vs target 150 ms" in r for r in obj["status"]["lastDecision"]["reasons"])
+    latency_series = f"poolpilot_pool_latency_ms{{namespace={ns},pool=chat}}"
+
+    def own_latency() -> dict[str, float] | None:
+        m = operator.own_metrics()
+        return m if m.get(latency_series, 0) > 0 else None
+
+    own = wait_for(own_latency, "the pool's latency gauge", operator)
+    assert own[latency_series] >= 3.0

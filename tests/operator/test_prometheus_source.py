@@ -1,0 +1,84 @@
+"""`PrometheusSource` against a real Prometheus scraping a real Triton-protocol executor under load.
+
+The scrape job attaches the target labels `namespace` and `pool`, as the documented relabelling of
+the pod label `poolpilot.io/pool` does in a cluster. The truth the signals are checked against is
+the executor's own statistics extension (read through tritonclient) and the load generator's report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tritonclient.http.aio as triton_aio
+
+from poolpilot import loadgen, loadgen_schedule
+from poolpilot.backends.metrics import queries
+from poolpilot.backends.metrics.base import PoolKey
+from poolpilot.backends.metrics.prometheus import PrometheusSource
+from poolpilot.settings import PrometheusSettings
+from poolpilot.testing.prometheus import (  # noqa: F401  (fixtures)
+    ExecutorProcess,
+    PrometheusServer,
+    executor_process,
+    write_emulated_model,
+)
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
+
+MODEL = "emu"
+SCRAPE_S = 0.5
+
+
+async def test_signals_of_a_pool_under_load(
+    tmp_path: Path,
+    executor_process: Any,  # noqa: F811
+    labelled_prometheus: Any,
+) -> None:
+    repo = tmp_path / "models"
+    write_emulated_model(repo, MODEL, latency_ms=(3.0, 0.5), max_batch_size=16, max_queue_delay_us=4000)
+    proc: ExecutorProcess = executor_process(repo, [MODEL])
+    prom: PrometheusServer = await asyncio.to_thread(
+        labelled_prometheus,
+        {"triton": [proc.metrics_target]},
+        labels={"namespace": "team-a", "pool": "chat"},
+        scrape_interval_s=SCRAPE_S,
+    )
+    await asyncio.to_thread(prom.wait_for_targets_up)
+    t_start = time.time()
+    schedule = loadgen_schedule.synthetic("constant", base_rps=200, duration_s=6.0, seed=3)
+    report = await loadgen.run(loadgen.LoadgenConfig(urls=(proc.url,), model=MODEL), schedule)
+    assert report.succeeded == report.sent == len(schedule)
+    await prom.await_scrapes(3)
+    async with triton_aio.InferenceServerClient(proc.url) as client:
+        stats = await client.get_inference_statistics(MODEL)
+
+    window_s = math.ceil(time.time() - t_start) + 2
+    source = PrometheusSource(PrometheusSettings(url=prom.url, window_s=window_s))
+    chat = PoolKey("team-a", "chat", MODEL, latency_quantile=0.99)
+    silent = PoolKey("team-b", "silent", MODEL)
+    try:
+        signals = await source.fetch([chat, silent])
+    finally:
+        await source.close()
+
+    entry = stats["model_stats"][0]
+    true_batch = int(entry["inference_count"]) / int(entry["execution_count"])
+    s = signals[chat]
+    assert s.avg_batch_size == pytest.approx(true_batch, rel=0.05)
+    assert s.avg_batch_size > 1.2, "the load did not exercise batching"
+    # Latency: server-side p99 of a model whose smallest batch takes 3 ms, under the client's p99.
+    assert 3.0 <= s.p99_ms <= report.latency_p99_ms * 1.1
+    assert s.request_rate_per_s > 0 and s.inference_rate_per_s > 0
+    assert 0 < s.queue_time_us <= 4000 * 3  # a 4 ms batching window dominates queueing
+    assert s.compute_us_per_exec >= 3000 * 0.9
+    assert 0 <= s.age_s < 10
+    assert 0 < s.gpu_utilization <= 1  # the executor emulates nv_gpu_utilization from its busy time
+
+    assert math.isinf(signals[silent].age_s) and math.isnan(signals[silent].p99_ms)
+    # One batch of queries answered both pools.
+    assert source.queries_sent == len(queries.build_queries(PrometheusSettings(), {0.99}))
