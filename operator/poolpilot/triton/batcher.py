@@ -23,7 +23,8 @@ Contract
     closest timeout), None if only an arrival or a freed instance can change anything. With
     `free_instances <= 0` nothing is examined (Triton's batcher thread waits for a free slot too).
     The returned sequences are tuples and may be shared between calls: do not mutate them.
-  - `len(queue)`: pending requests (for `nv_inference_pending_request_count`);
+  - `len(queue)` (or the plain attribute `queue.count`, read-only, cheaper on a hot path): pending
+    requests (for `nv_inference_pending_request_count`);
     `queue.queued_batch_size`: pending batch-dimension total.
   - `reconfigure(config)`: new settings apply to requests still queued (model reload swap). Queued
     requests keep their enqueue time and their timeout deadline; they are re-sorted into the new
@@ -290,7 +291,7 @@ class BatchQueue(Generic[T]):
     """One model's scheduler queue on one server; see the module docstring for the contract."""
 
     def __init__(self, config: BatcherConfig) -> None:
-        self._count = 0
+        self.count = 0  # pending requests; read-only for callers
         self._queued_size = 0
         # Sticky flags, cleared when the queue empties: the general examination is needed while set.
         self._complex = False  # some queued request has batch_size > 1, a deadline, or was delayed
@@ -318,6 +319,10 @@ class BatchQueue(Generic[T]):
         self._best_le = [max((s for s in pref if s <= k), default=0) for k in range(self._mbs + 1)]
         self._next_gt = [min((s for s in pref if s > k), default=0) for k in range(self._mbs + 1)]
         self._single = config.priority_levels == 0
+        # Delay a lone unit request waits for (0 = it would go at once or the fast path does not apply).
+        self._prime_s = (
+            self._delay_s if self._single and self._best_le[1] == 0 and not self._force_general else 0.0
+        )
         self._q0 = self._levels[0].q
         self._p0 = self._levels[0].policy
         self._invalidate()
@@ -351,7 +356,7 @@ class BatchQueue(Generic[T]):
 
     # -- queries ---------------------------------------------------------------------------------
     def __len__(self) -> int:
-        return self._count
+        return self.count
 
     @property
     def queued_batch_size(self) -> int:
@@ -372,16 +377,24 @@ class BatchQueue(Generic[T]):
         if batch_size == 1 and self._single:  # the common case, kept short
             policy = self._p0
             q = self._q0
-            if policy.max_queue_size and self._count >= policy.max_queue_size:
+            if policy.max_queue_size and self.count >= policy.max_queue_size:
                 return False
             if policy.default_timeout_us:
                 q.append((item, now_s, 1, now_s + policy.timeout_s(timeout_us), priority))
                 self._complex = True
             else:
                 q.append((item, now_s, 1, _INF, priority))
-            self._count += 1
+            self.count += 1
             self._queued_size += 1
-            if self._cache is not None and self._cache_tail_delayed:
+            if self.count == 1 and self._prime_s > 0 and not self._complex:
+                # A lone request with a delay and no preferred size of 1: it waits for companions until
+                # now + delay (what `_walk_simple` would decide), so cache that without examining.
+                wake = now_s + self._prime_s
+                self._cache = Dispatch((), (), wake)
+                self._cache_until_s = wake
+                self._cache_next_size = self._next_gt[1]
+                self._cache_tail_delayed = False
+            elif self._cache is not None and self._cache_tail_delayed:
                 self._cache = None
             return True
         if batch_size < 1 or batch_size > self._mbs:
@@ -393,7 +406,7 @@ class BatchQueue(Generic[T]):
             return False
         deadline = now_s + policy.timeout_s(timeout_us) if policy.default_timeout_us else _INF
         lvl.q.append((item, now_s, batch_size, deadline, priority))
-        self._count += 1
+        self.count += 1
         self._queued_size += batch_size
         if batch_size != 1 or deadline != _INF:
             self._complex = True
@@ -406,16 +419,16 @@ class BatchQueue(Generic[T]):
     # -- dispatch --------------------------------------------------------------------------------
     def next_action(self, now_s: float, free_instances: int) -> Dispatch[T]:
         """Decide for one free instance: a batch to run now, requests to reject, or when to look again."""
-        if free_instances <= 0 or self._count == 0:
+        if free_instances <= 0 or self.count == 0:
             return _EMPTY
         cache = self._cache
         if cache is not None and now_s < self._cache_until_s and self._queued_size < self._cache_next_size:
             return cache
         self._cache = None
-        if self._single and not self._complex and not self._force_general:
+        if not self._complex and self._single and not self._force_general:
             return self._walk_simple(now_s)
         d = self._walk(now_s)
-        if self._count == 0:
+        if self.count == 0:
             self._complex = False
         return d
 
@@ -427,13 +440,13 @@ class BatchQueue(Generic[T]):
         walked = n if n < mbs else mbs
         best = self._best_le[walked]
         delay_s = self._delay_s
-        exceeded = delay_s > 0 and now_s >= q[0][_ENQ] + delay_s
+        wake = q[0][_ENQ] + delay_s
+        exceeded = delay_s > 0 and now_s >= wake
         if best and not exceeded:
             take = best
-        elif n > mbs or walked >= self._max_pref or exceeded or delay_s == 0:
+        elif exceeded or delay_s == 0 or n > mbs or walked >= self._max_pref:
             take = walked
         else:
-            wake = q[0][_ENQ] + delay_s
             wait: Dispatch[T] = Dispatch((), (), wake)
             self._cache = wait
             self._cache_until_s = wake
@@ -449,7 +462,7 @@ class BatchQueue(Generic[T]):
             popleft = q.popleft
             for _ in range(take):
                 popleft()
-        self._count -= take
+        self.count -= take
         self._queued_size -= take
         return Dispatch(items, (), None)
 
@@ -481,7 +494,7 @@ class BatchQueue(Generic[T]):
                         del dq[i]
                         if lvl.policy.timeout_action == "REJECT":
                             rejected.append(e[_ITEM])
-                            self._count -= 1
+                            self.count -= 1
                             self._queued_size -= e[_BS]
                         else:
                             lvl.delayed.append((e[_ITEM], e[_ENQ], e[_BS], _INF, e[_PRIO]))
@@ -539,7 +552,7 @@ class BatchQueue(Generic[T]):
             if left == 0:
                 break
         batch = entries[:take] if take < len(entries) else entries
-        self._count -= take
+        self.count -= take
         self._queued_size -= sum(e[_BS] for e in batch)
         return Dispatch(tuple(e[_ITEM] for e in batch), rej, None)
 

@@ -1,0 +1,39 @@
+"""PoolPilot's decision logic: pure, deterministic, explained (no I/O, no clock, no kopf).
+
+`decide` answers one pool's tick; `size_node_pool` sums pools sharing a node pool; `advance` carries a
+decision into the next state. docs/policy.md describes the model and every reason string.
+"""
+
+from poolpilot.policy.decide import PolicyInputError, decide, triton_default_batching
+from poolpilot.policy.nodes import NodePoolInputError, size_node_pool
+from poolpilot.policy.params import DEFAULT_PARAMS, PolicyParams
+from poolpilot.policy.state import advance
+from poolpilot.policy.types import (
+    BatchingConfig,
+    Decision,
+    HistoryEntry,
+    LatencyModel,
+    NodePoolDecision,
+    NodePoolDemand,
+    PoolState,
+    Signals,
+)
+
+__all__ = [
+    "DEFAULT_PARAMS",
+    "BatchingConfig",
+    "Decision",
+    "HistoryEntry",
+    "LatencyModel",
+    "NodePoolDecision",
+    "NodePoolDemand",
+    "NodePoolInputError",
+    "PolicyInputError",
+    "PolicyParams",
+    "PoolState",
+    "Signals",
+    "advance",
+    "decide",
+    "size_node_pool",
+    "triton_default_batching",
+]

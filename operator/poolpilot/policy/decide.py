@@ -1,0 +1,692 @@
+"""`decide`: one tick of the joint batching/replica policy for one pool. Pure and deterministic.
+
+Order of a tick (docs/policy.md has the reasons catalogue):
+
+1. validate inputs; Off mode → hold;
+2. signals missing, NaN or stale → hold (no scale-in on missing data);
+3. learn: refit the batch-latency line, correct the tail by measured/predicted p99 (only when the
+   measurement describes the running configuration), detect stragglers and OOM/BACKEND failures;
+4. plan: the cheapest (replicas, queue delay, instances) meeting target x (1 - margin) at the demand
+   forecast over the pod-start lead time;
+5. guard and stabilise: a measured breach acts at once (cut the delay, scale out in proportion);
+   scale-in waits out the stabilisation window (max recommendation in it) and a stricter dead-band,
+   and never happens in the same tick as a batching change; batching changes are rate limited;
+6. report: actions (empty in Recommend/Off), reasons, updated history and model, node demand.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+from poolpilot.api.types import GPUNodePoolSpec, InferencePoolSpec, Mode
+from poolpilot.policy.model import (
+    Estimate,
+    estimate,
+    observe,
+    prior_model,
+    scale_in_correction,
+    with_correction,
+)
+from poolpilot.policy.params import DEFAULT_PARAMS, PolicyParams
+from poolpilot.policy.plan import (
+    Problem,
+    cheapest,
+    delay_candidates,
+    fewest_replicas,
+    instance_candidates,
+)
+from poolpilot.policy.types import (
+    BatchingConfig,
+    Decision,
+    HistoryEntry,
+    LatencyModel,
+    NodePoolDemand,
+    PolicyAction,
+    PoolState,
+    Signals,
+)
+
+# Fewest requests in the p99 window for a breach to count (a p99 of 3 requests is noise).
+_MIN_REQUESTS_FOR_BREACH = 20.0
+_P99_WINDOW_S = 60.0
+
+
+class PolicyInputError(ValueError):
+    """An input the policy cannot decide on; the message names the offending field."""
+
+
+def _finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)
+
+
+def _clamp(x: int, lo: int, hi: int) -> int:
+    return max(lo, min(hi, x))
+
+
+def validate(spec: InferencePoolSpec, state: PoolState, now_s: float) -> None:
+    """Reject incoherent inputs with the field's name (the API validates too; the simulator may not)."""
+    if not math.isfinite(now_s):
+        raise PolicyInputError(f"now_s must be finite, got {now_s!r}")
+    r = spec.replicas
+    if r.min > r.max:
+        raise PolicyInputError(f"spec.replicas: min {r.min} > max {r.max}")
+    d = spec.batching.max_queue_delay_microseconds
+    if d.min > d.max:
+        raise PolicyInputError(f"spec.batching.maxQueueDelayMicroseconds: min {d.min} > max {d.max}")
+    k = spec.batching.instance_count
+    if k.min < 1 or k.min > k.max:
+        raise PolicyInputError(f"spec.batching.instanceCount: need 1 <= min <= max, got {k.min}..{k.max}")
+    for size in spec.batching.preferred_batch_sizes or ():
+        if size < 1:
+            raise PolicyInputError(f"spec.batching.preferredBatchSizes: sizes must be >= 1, got {size}")
+    if state.replicas < 0:
+        raise PolicyInputError(f"state.replicas must be >= 0, got {state.replicas}")
+    b = state.batching
+    if b is not None:
+        if b.max_batch_size < 1:
+            raise PolicyInputError(f"state.batching.max_batch_size must be >= 1, got {b.max_batch_size}")
+        if b.instance_count < 1:
+            raise PolicyInputError(f"state.batching.instance_count must be >= 1, got {b.instance_count}")
+        if b.max_queue_delay_us < 0:
+            raise PolicyInputError(
+                f"state.batching.max_queue_delay_us must be >= 0, got {b.max_queue_delay_us}"
+            )
+
+
+def triton_default_batching(spec: InferencePoolSpec) -> BatchingConfig:
+    """What a pod runs when nobody set batching: `dynamic_batching {}` with the model's max batch."""
+    return BatchingConfig(
+        max_queue_delay_us=0,
+        max_batch_size=spec.model.max_batch_size,
+        preferred_batch_sizes=(),
+        instance_count=1,
+    )
+
+
+def signal_problem(signals: Signals, spec: InferencePoolSpec, params: PolicyParams) -> str | None:
+    """Why these signals cannot be trusted for a decision, or None."""
+    stale_s = params.stale_after_ticks * spec.tick_seconds
+    if not _finite(signals.age_s) or signals.age_s > stale_s:
+        return f"metrics stale (newest sample {signals.age_s:.0f} s old > {stale_s:.0f} s)"
+    missing = []
+    rate = signals.request_rate_per_s
+    if not _finite(rate) or rate < 0:
+        missing.append("request_rate_per_s")
+    elif rate * _P99_WINDOW_S >= 1.0 and not (_finite(signals.p99_ms) and signals.p99_ms >= 0):
+        # With requests in the window a p99 must exist; with none, NaN is the honest answer.
+        missing.append("p99_ms")
+    if missing:
+        return f"metrics missing or NaN ({', '.join(missing)})"
+    return None
+
+
+def _node_demand(
+    spec: InferencePoolSpec, replicas: int, replicas_ahead: int, *, hold: bool
+) -> NodePoolDemand | None:
+    if spec.node_pool is None:
+        return None
+    gpr = spec.node_pool.gpus_per_replica
+    return NodePoolDemand(
+        node_pool=spec.node_pool.name,
+        gpus_now=replicas * gpr,
+        gpus_ahead=max(replicas, replicas_ahead) * gpr,
+        gpus_per_replica=gpr,
+        hold=hold,
+    )
+
+
+def _hold(
+    spec: InferencePoolSpec,
+    state: PoolState,
+    model: LatencyModel,
+    reason: str,
+    *,
+    off: bool,
+) -> Decision:
+    """Keep everything as it is; only the spec's replica bounds may still force a change."""
+    lo, hi = spec.replicas.min, spec.replicas.max
+    replicas = _clamp(state.replicas, lo, hi)
+    reasons = [reason]
+    actions: tuple[PolicyAction, ...] = ()
+    if replicas != state.replicas:
+        reasons.append(f"replicas {state.replicas} outside spec bounds [{lo}, {hi}]: set to {replicas}")
+        if spec.mode == Mode.AUTO and not off:
+            actions = ("scale",)
+    return Decision(
+        replicas=replicas,
+        batching=state.batching or triton_default_batching(spec),
+        predicted_p99_ms=math.nan,
+        reasons=tuple(reasons),
+        latency_model=model,
+        node_demand=_node_demand(spec, replicas, replicas, hold=True),
+        scale_changed="scale" in actions,
+        hold=True,
+        history=state.history,
+        actions=actions,
+        mode=spec.mode.value,
+    )
+
+
+def _trend_per_s2(history: Sequence[HistoryEntry], now_s: float, window_s: float) -> float:
+    """Least-squares slope of demand (inferences/s per s) over the window; rising trends only."""
+    pts = [
+        (e.time_s, e.rate_per_s) for e in history if e.time_s >= now_s - window_s and _finite(e.rate_per_s)
+    ]
+    if len(pts) < 4:
+        return 0.0
+    n = float(len(pts))
+    mt = sum(t for t, _ in pts) / n
+    mr = sum(r for _, r in pts) / n
+    var = sum((t - mt) ** 2 for t, _ in pts)
+    if var <= 0:
+        return 0.0
+    slope = sum((t - mt) * (r - mr) for t, r in pts) / var
+    return max(0.0, slope)
+
+
+def _normal(b: BatchingConfig) -> BatchingConfig:
+    """Triton reports an empty preferred list as [max_batch_size]: compare both as empty."""
+    if b.preferred_batch_sizes == (b.max_batch_size,):
+        return replace(b, preferred_batch_sizes=())
+    return b
+
+
+def _since(now_s: float, t: float | None) -> float:
+    return math.inf if t is None else now_s - t
+
+
+def decide(
+    spec: InferencePoolSpec,
+    state: PoolState,
+    signals: Signals,
+    now_s: float,
+    *,
+    node_pool: GPUNodePoolSpec | None = None,
+    params: PolicyParams = DEFAULT_PARAMS,
+) -> Decision:
+    """Decide replicas and batching for one pool at `now_s`; see the module docstring for the order.
+
+    Apply only `Decision.actions` (empty in Recommend and Off mode); carry `latency_model` and
+    `history` into the next `PoolState` (`poolpilot.policy.advance` does it).
+    """
+    validate(spec, state, now_s)
+    model = state.latency_model or prior_model(params)
+    if spec.mode == Mode.OFF:
+        return _hold(spec, state, model, "mode Off: PoolPilot changes nothing on this pool", off=True)
+    problem = signal_problem(signals, spec, params)
+    if problem is not None:
+        return _hold(
+            spec,
+            state,
+            model,
+            f"hold: {problem}: keeping {state.replicas} replicas and the running batching; "
+            "no scale-in on missing data",
+            off=False,
+        )
+    return _Tick(spec, state, signals, now_s, node_pool, params, model).run()
+
+
+class _Tick:
+    """The state of one `decide` call, split into steps so each stays readable."""
+
+    def __init__(
+        self,
+        spec: InferencePoolSpec,
+        state: PoolState,
+        signals: Signals,
+        now_s: float,
+        node_pool: GPUNodePoolSpec | None,
+        params: PolicyParams,
+        model: LatencyModel,
+    ) -> None:
+        self.spec, self.state, self.sig, self.now = spec, state, signals, now_s
+        self.node_pool, self.p, self.model = node_pool, params, model
+        self.reasons: list[str] = []
+        self.running = state.batching or triton_default_batching(spec)
+        b = spec.batching
+        self.d_lo, self.d_hi = b.max_queue_delay_microseconds.min, b.max_queue_delay_microseconds.max
+        self.k_lo, self.k_hi = b.instance_count.min, b.instance_count.max
+        self.r_lo, self.r_hi = spec.replicas.min, spec.replicas.max
+        self.target_ms = spec.slo.latency_target_ms
+        self.objective_ms = self.target_ms * (1.0 - spec.slo.margin_ratio)
+        rate = signals.request_rate_per_s
+        inf = signals.inference_rate_per_s
+        if _finite(inf) and inf >= 0 and rate > 0 and inf > 0:
+            self.items = min(max(inf / rate, 1.0), float(spec.model.max_batch_size))
+        else:
+            self.items = 1.0
+        self.lam = inf if _finite(inf) and inf >= 0 else rate * self.items
+        self.ready = state.replicas if signals.ready_replicas is None else max(0, signals.ready_replicas)
+        self.requests_in_window = rate * _P99_WINDOW_S
+        self.straggler = False
+        self.max_batch = spec.model.max_batch_size
+        self.floor_note = ""
+
+    # -- learning -------------------------------------------------------------------------------------
+    def learn(self) -> None:
+        s, p = self.sig, self.p
+        # Learn only from windows that describe the running configuration: the fit and the correction
+        # must move together, or a half-updated model drives a scale change the next tick undoes.
+        settled = (
+            self.ready >= self.state.replicas
+            and _since(self.now, self.state.last_scale_change_s) >= p.settle_s
+            and _since(self.now, self.state.last_batching_change_s) >= p.settle_s
+        )
+        fit_ok = settled and _finite(s.avg_batch_size) and _finite(s.compute_us_per_exec)
+        if fit_ok and s.avg_batch_size >= 1 and s.compute_us_per_exec > 0:
+            here = self.estimate_running(self.model)
+            self.model = observe(
+                self.model,
+                batch_items=s.avg_batch_size,
+                compute_ms=s.compute_us_per_exec / 1000.0,
+                slowdown=here.slowdown,
+                params=p,
+            )
+        self.straggler = False
+        if not (settled and self.ready > 0 and _finite(s.p99_ms) and s.p99_ms > 0):
+            return
+        if self.requests_in_window < p.min_requests_for_p99:
+            return
+        est = self.estimate_running(self.model)
+        if not (math.isfinite(est.p99_ms) and est.p99_ms > 0):
+            return
+        ratio = s.p99_ms / est.p99_ms
+        self.model = with_correction(self.model, ratio, p, dt_s=float(self.spec.tick_seconds))
+        al = p.straggler_alpha
+        sr = math.exp(
+            (1 - al) * math.log(self.model.straggler_ratio) + al * math.log(min(max(ratio, 0.1), 10))
+        )
+        self.model = replace(self.model, straggler_ratio=sr)
+        queue_ok = not _finite(s.queue_time_us) or s.queue_time_us / 1000.0 <= max(est.wait_p99_ms, 1.0)
+        mean_ok = True
+        if _finite(s.avg_batch_size) and _finite(s.compute_us_per_exec) and s.avg_batch_size >= 1:
+            line = self.model.a_ms + self.model.b_ms * s.avg_batch_size
+            mean_ok = abs(s.compute_us_per_exec / 1000.0 / line - 1.0) <= p.straggler_mean_tolerance
+        self.straggler = sr >= p.straggler_ratio and queue_ok and mean_ok
+        if self.straggler:
+            self.reasons.append(
+                f"stragglers: p99 is {sr:.1f}x the model's while mean execution and queue time match it"
+            )
+
+    def failures(self) -> bool:
+        """OOM/BACKEND failures → halve the max batch size (remembered as a ceiling). True if lowered."""
+        s, p = self.sig, self.p
+        rate = sum(
+            v
+            for key, v in s.failure_rate_by_reason.items()
+            if key.upper() in p.failure_reasons and _finite(v) and v > 0
+        )
+        model_max = self.spec.model.max_batch_size
+        ceiling = min(self.model.max_batch_ceiling or model_max, model_max)
+        if rate > p.failure_rate_threshold_per_s and (
+            _since(self.now, self.state.last_batching_change_s) >= p.failure_settle_s
+        ):
+            base = min(ceiling, self.running.max_batch_size)
+            lowered = max(1, base // 2)
+            if lowered < base:
+                self.model = replace(self.model, max_batch_ceiling=lowered)
+                self.reasons.append(
+                    f"{'/'.join(p.failure_reasons)} failures {rate:.2f}/s: lower max batch size "
+                    f"{self.running.max_batch_size}→{lowered}"
+                )
+                ceiling = lowered
+                self.max_batch = ceiling
+                return True
+        self.max_batch = ceiling
+        return False
+
+    # -- planning -------------------------------------------------------------------------------------
+    def problem(self, rate_per_s: float, objective_ms: float) -> Problem:
+        return Problem(
+            model=self.model,
+            rate_per_s=rate_per_s,
+            items_per_request=self.items,
+            max_batch_size=self.max_batch,
+            quantile=self.spec.slo.latency_quantile,
+            objective_ms=objective_ms,
+            max_utilization=self.spec.slo.target_gpu_utilization,
+            min_replicas=self.r_lo,
+            max_replicas=self.r_hi,
+            params=self.p,
+        )
+
+    def run(self) -> Decision:
+        spec, state, sig, p = self.spec, self.state, self.sig, self.p
+        self.learn()
+        oom = self.failures()
+        R = state.replicas
+        slope = _trend_per_s2(state.history, self.now, p.forecast_window_s)
+        if slope * p.forecast_window_s < p.forecast_min_rise_ratio * self.lam:
+            slope = 0.0
+        lam_plan = self.lam + slope * (p.pod_start_s + spec.tick_seconds)
+        if slope > 0:
+            self.reasons.append(f"demand rising: sizing for {lam_plan:.0f}/s ({self.lam:.0f}/s now)")
+        prob = self.problem(lam_plan, self.objective_ms)
+
+        cur_d = _clamp(self.running.max_queue_delay_us, self.d_lo, self.d_hi)
+        cur_k = _clamp(self.running.instance_count, self.k_lo, self.k_hi)
+        delays = delay_candidates(self.d_lo, self.d_hi, cur_d, p.delay_grid_us)
+        insts = instance_candidates(self.k_lo, self.k_hi, p.max_instance_candidates)
+        cand_cur = fewest_replicas(prob, cur_d, cur_k)
+        cand_best = cheapest(prob, delays, insts, (cur_d, cur_k))
+
+        # Feedback guard: a measured breach acts now, in proportion to it.
+        measured = sig.p99_ms
+        breach = (
+            _finite(measured)
+            and measured > self.target_ms
+            and self.requests_in_window >= _MIN_REQUESTS_FOR_BREACH
+        )
+        ratio = measured / self.target_ms if breach else 1.0
+        r_guard = 0
+        self.floor_note = ""
+        if breach:
+            step = math.ceil(max(self.ready, 1) * min(ratio, p.guard_max_step_ratio))
+            step = min(max(step, self.ready + 1), self.r_hi)
+            # Scale out only if the (corrected) model says more replicas lower the p99: a breach at
+            # the latency floor (one batch is already too slow) is not a capacity problem.
+            p_now, _ = self.predict(max(self.ready, 1), cur_d, cur_k, lam_plan)
+            p_more, _ = self.predict(step, cur_d, cur_k, lam_plan)
+            helps = not (math.isfinite(p_now) and p_more > 0.95 * p_now)
+            if not helps:
+                self.floor_note = (
+                    f"more replicas would not help (predicted {p_now:.0f} ms now, {p_more:.0f} ms at {step})"
+                )
+                r_guard = R
+            elif _since(self.now, state.last_scale_up_s) >= p.guard_cooldown_s:
+                r_guard = max(R + 1 if self.ready >= R else R, step)
+            else:
+                r_guard = R
+        need = max(cand_best.replicas, r_guard)
+        lost = self.ready < R and _since(self.now, state.last_scale_change_s) >= p.lost_capacity_grace_s
+        if lost:
+            gpr = spec.node_pool.gpus_per_replica if spec.node_pool else 1
+            self.reasons.append(
+                f"lost capacity: {self.ready}/{R} replicas ready "
+                f"{_since(self.now, state.last_scale_change_s):.0f} s after the last change: keep {R} "
+                f"replicas (no scale-in), node demand counts {(R - self.ready) * gpr} lost GPUs"
+            )
+
+        # Forced batching changes: unknown running config, spec bounds moved, OOM ceiling.
+        preferred, dropped = self.preferred()
+        running = self.running
+        forced_bits = []
+        if state.batching is None:
+            forced_bits.append("running batching unknown")
+        if (cur_d, cur_k) != (running.max_queue_delay_us, running.instance_count):
+            forced_bits.append("running delay/instances outside spec bounds")
+        if running.max_batch_size != self.max_batch and not oom:
+            forced_bits.append(f"max batch size {running.max_batch_size}→{self.max_batch}")
+        # Triton normalises an empty preferred list to [max_batch_size]: both mean "none set".
+        running_pref = running.preferred_batch_sizes
+        if not preferred and running_pref == (running.max_batch_size,):
+            running_pref = ()
+        if running_pref != preferred:
+            forced_bits.append("preferred batch sizes from spec")
+        if running.max_queue_size != spec.batching.queue_policy.max_queue_size:
+            forced_bits.append("max queue size from spec")
+        forced = bool(forced_bits) or oom
+        since_change = _since(self.now, state.last_batching_change_s)
+        change_allowed = since_change >= spec.batching.min_seconds_between_changes
+
+        # Scale-in path: stabilised, dead-banded, under the RUNNING batching, never with a batching change.
+        window_start = self.now - spec.replicas.scale_down_stabilization_seconds
+        window = [e.replicas for e in state.history if e.time_s >= window_start] + [need]
+        covered = spec.replicas.scale_down_stabilization_seconds == 0 or any(
+            e.time_s <= window_start + spec.tick_seconds / 2 for e in state.history
+        )
+        strict = replace(
+            self.problem(lam_plan * (1.0 + p.scale_in_demand_headroom), self.objective_ms),
+            model=replace(self.model, correction=scale_in_correction(self.model)),
+        )
+        r_strict = fewest_replicas(strict, cur_d, cur_k).replicas
+        floor = self.model.floor_replicas
+        floor_active = floor > 0 and lam_plan >= self.model.floor_rate_per_s * (
+            1.0 - p.scale_in_demand_headroom
+        )
+        stable_target = max(max(window), r_strict, floor if floor_active else 0)
+        scale_in = stable_target < R and not breach and not lost and not forced and covered
+        emergency = False
+        if scale_in:
+            d, k = cur_d, cur_k
+            target = stable_target
+            chosen = fewest_replicas(prob, d, k)
+            self.reasons.append(
+                f"scale in {R}→{target} after {spec.replicas.scale_down_stabilization_seconds} s "
+                f"stabilisation (max recommendation in window {max(window)}, dead-band needs {r_strict})"
+                + (
+                    f"; {floor - 1} were too few at {self.model.floor_rate_per_s:.0f}/s"
+                    if floor_active
+                    else ""
+                )
+            )
+        else:
+            if cand_cur.feasible and cand_cur.replicas <= R:
+                # The running batching copes: change it only for a saving that survives the dead-band.
+                # (The strict search needs at least as many replicas as the normal one: skip it when
+                # even the normal one saves nothing.)
+                better = False
+                if cand_best.replicas < min(R, r_strict):
+                    best_strict = cheapest(strict, delays, insts, (cur_d, cur_k))
+                    better = best_strict.feasible and best_strict.replicas < min(R, r_strict)
+            else:
+                better = cand_best.replicas < cand_cur.replicas or (
+                    not cand_cur.feasible
+                    and not cand_best.feasible
+                    and cand_best.p99_ms < 0.9 * cand_cur.p99_ms
+                )
+            if better and (change_allowed or forced):
+                chosen = cand_best
+            elif better:
+                chosen = cand_cur
+                self.reasons.append(
+                    f"batching change deferred: last change {since_change:.0f} s ago < "
+                    f"{spec.batching.min_seconds_between_changes} s minimum"
+                )
+            else:
+                chosen = cand_cur
+            d, k = chosen.max_queue_delay_us, chosen.instance_count
+            cut_ok = since_change >= p.guard_cooldown_s and self.ready >= R  # not while capacity is pending
+            if breach and self.delay_matters(cur_d, measured) and cut_ok:
+                # Emergency: cut the delay in proportion to the breach, regardless of the rate limit.
+                cut = _clamp(math.floor(cur_d / ratio**2), self.d_lo, cur_d)
+                cut = max([g for g in delays if g <= cut], default=self.d_lo)
+                if cut < d:
+                    d, emergency = cut, cut < cur_d
+            raw = max(chosen.replicas, r_guard)
+            target = max(R, raw)
+            if raw < R:
+                if lost or breach:
+                    pass
+                elif not covered:
+                    self.reasons.append(
+                        f"scale in deferred: less than {spec.replicas.scale_down_stabilization_seconds} s of "
+                        "recommendations recorded"
+                    )
+                elif forced:
+                    self.reasons.append("scale in deferred: batching changes this tick")
+                else:
+                    self.reasons.append(
+                        f"scale in deferred: stabilisation window (max recommendation "
+                        f"{max(window)}, dead-band needs {r_strict})"
+                        + (
+                            f"; {floor - 1} replicas were too few at {self.model.floor_rate_per_s:.0f}/s"
+                            if floor_active and floor >= R
+                            else ""
+                        )
+                    )
+        if target > self.r_hi or target < self.r_lo:
+            self.reasons.append(f"replicas clamped to spec bounds [{self.r_lo}, {self.r_hi}]")
+        target = _clamp(target, self.r_lo, self.r_hi)
+        if not chosen.feasible:
+            self.reasons.append(
+                f"objective unreachable within replicas.max {self.r_hi}: predicted p99 "
+                f"{chosen.p99_ms:.0f} ms at {chosen.replicas} replicas"
+            )
+
+        timeout = self.timeout_us(d, frozen=scale_in or not (change_allowed or forced))
+        new_batching = BatchingConfig(
+            max_queue_delay_us=d,
+            max_batch_size=self.max_batch,
+            preferred_batch_sizes=preferred,
+            instance_count=k,
+            queue_timeout_us=timeout,
+            max_queue_size=spec.batching.queue_policy.max_queue_size,
+        )
+        batching_changed = state.batching is None or _normal(new_batching) != _normal(state.batching)
+        if batching_changed and scale_in:  # by construction impossible; keep the invariant explicit
+            raise AssertionError("policy bug: batching change and scale-in in one tick")
+        if batching_changed and forced_bits:
+            self.reasons.append(f"batching reset: {', '.join(forced_bits)}")
+        if dropped:
+            self.reasons.append(
+                f"preferred batch sizes {list(dropped)} dropped: above max batch size {self.max_batch}"
+            )
+
+        p99_pred, util_pred = self.predict(target, d, k, lam_plan)
+        if breach:
+            parts = []
+            if emergency:
+                parts.append(f"cut queue delay {cur_d}→{d} µs")
+            if target > R:
+                parts.append(f"scale {R}→{target}")
+            if self.floor_note:
+                parts.append(self.floor_note)
+            action = " and ".join(parts) if parts else "hold (scale-up in progress)"
+            self.reasons.insert(0, f"p99 {measured:.0f} ms > {self.target_ms:.0f} ms objective: {action}")
+        elif target > R:
+            self.reasons.insert(
+                0,
+                f"scale out {R}→{target}: predicted p99 {p99_pred:.0f} ms ≤ {self.objective_ms:.0f} ms "
+                f"({self.target_ms:.0f} ms − {spec.slo.margin_ratio:.0%} margin) at {lam_plan:.0f}/s",
+            )
+        if batching_changed and not emergency and (d, k) != (cur_d, cur_k):
+            saved = cand_cur.replicas - chosen.replicas
+            moves = []
+            if d != running.max_queue_delay_us:
+                moves.append(f"queue delay {running.max_queue_delay_us}→{d} µs")
+            if k != running.instance_count:
+                moves.append(f"instances {running.instance_count}→{k}")
+            self.reasons.append(
+                f"batching: {', '.join(moves)}"
+                + (f" saves {saved} replica{'s' if saved != 1 else ''}" if saved > 0 else "")
+            )
+        if target == R and not batching_changed:
+            self.reasons.append(
+                f"steady: {R} replica{'s' if R != 1 else ''} meet{'s' if R == 1 else ''} the objective "
+                f"(predicted p99 {p99_pred:.0f} ms, "
+                f"measured {measured:.0f} ms, target {self.target_ms:.0f} ms)"
+            )
+        self.reasons.append(
+            f"model: batch latency {self.model.a_ms:.1f} + {self.model.b_ms:.2f}·batch ms, "
+            f"correction {self.model.correction:.2f}, {self.items:.1f} inferences/request, "
+            f"{k} instance{'s' if k != 1 else ''}, delay {d} µs, utilisation {util_pred:.2f}"
+        )
+
+        actions: list[PolicyAction] = []
+        if target != R:
+            actions.append("scale")
+        if batching_changed:
+            actions.append("batching")
+        if spec.mode == Mode.RECOMMEND:
+            if actions:
+                self.reasons.insert(0, f"Recommend mode: would {' and '.join(actions)}; nothing applied")
+            actions = []
+
+        # Node demand leads replica demand by the node pool's provisioning time.
+        prov_s = float(self.node_pool.provisioning_seconds) if self.node_pool else p.default_provisioning_s
+        lam_ahead = self.lam + slope * (prov_s + p.pod_start_s)
+        r_ahead = fewest_replicas(self.problem(lam_ahead, self.objective_ms), d, k).replicas
+        r_ahead = _clamp(max(r_ahead, target), self.r_lo, self.r_hi)
+
+        if target > R and self.ready >= R:
+            # Evidence: R serving replicas were too few at this demand (not: the target was needed).
+            self.model = replace(self.model, floor_replicas=R + 1, floor_rate_per_s=self.lam)
+        elif floor > 0 and not floor_active:
+            self.model = replace(self.model, floor_replicas=0, floor_rate_per_s=math.nan)
+        history = self.history(need)
+        return Decision(
+            replicas=target,
+            batching=new_batching,
+            predicted_p99_ms=p99_pred,
+            reasons=tuple(self.reasons),
+            latency_model=self.model,
+            node_demand=_node_demand(spec, target, r_ahead, hold=False),
+            scale_changed="scale" in actions,
+            batching_changed="batching" in actions,
+            hold=False,
+            history=history,
+            actions=tuple(actions),
+            mode=spec.mode.value,
+            emergency=emergency,
+            predicted_utilization=util_pred,
+            demand_per_s=lam_plan,
+        )
+
+    # -- helpers --------------------------------------------------------------------------------------
+    def predict(self, replicas: int, d: int, k: int, lam: float) -> tuple[float, float]:
+        if replicas <= 0:
+            return math.nan, 0.0
+        est = estimate(
+            self.model,
+            rate_per_s=lam / replicas,
+            max_queue_delay_us=d,
+            instance_count=k,
+            max_batch_size=self.max_batch,
+            quantile=self.spec.slo.latency_quantile,
+            items_per_request=self.items,
+            params=self.p,
+            replicas=replicas,
+        )
+        return est.p99_ms * self.model.correction, est.utilization
+
+    def estimate_running(self, model: LatencyModel) -> Estimate:
+        """The model's view of the running configuration at the measured load (ready replicas)."""
+        return estimate(
+            model,
+            rate_per_s=self.lam / max(self.ready, 1),
+            max_queue_delay_us=self.running.max_queue_delay_us,
+            instance_count=self.running.instance_count,
+            max_batch_size=self.running.max_batch_size,
+            quantile=self.spec.slo.latency_quantile,
+            items_per_request=self.items,
+            params=self.p,
+            replicas=max(self.ready, 1),
+        )
+
+    def delay_matters(self, delay_us: int, measured_ms: float) -> bool:
+        """Whether the queue delay is a real share of the p99 (cutting 250 µs off 200 ms helps nobody)."""
+        return delay_us / 1000.0 >= self.p.guard_min_delay_share * measured_ms
+
+    def preferred(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Spec's preferred sizes that fit under max batch (Triton rejects larger ones)."""
+        sizes = sorted(set(self.spec.batching.preferred_batch_sizes or ()))
+        keep = tuple(s for s in sizes if s <= self.max_batch)
+        dropped = tuple(s for s in sizes if s > self.max_batch)
+        return keep, dropped
+
+    def timeout_us(self, d: int, *, frozen: bool) -> int | None:
+        """Spec's timeout if set; on stragglers, the wait after which a request misses the objective."""
+        fixed = self.spec.batching.queue_policy.timeout_microseconds
+        if fixed is not None:
+            return fixed
+        current = self.running.queue_timeout_us
+        if current is not None or not self.straggler or frozen:
+            return current  # sticky: removing it would be one more reload for no gain
+        # Only hopeless requests: one that has queued longer than the objective minus the fastest
+        # execution misses it whatever happens next, so rejecting it loses nothing and frees its slot.
+        budget_ms = self.target_ms - (self.model.a_ms + self.model.b_ms)
+        value = max(int(budget_ms * 1000), d + 1000)
+        self.reasons.append(f"queue timeout {value} µs so one long request cannot stall the queue")
+        return value
+
+    def history(self, need: int) -> tuple[HistoryEntry, ...]:
+        p, spec = self.p, self.spec
+        keep_s = (
+            max(spec.replicas.scale_down_stabilization_seconds, p.forecast_window_s) + 4 * spec.tick_seconds
+        )
+        kept = [e for e in self.state.history if e.time_s >= self.now - keep_s and e.time_s < self.now]
+        kept.append(HistoryEntry(time_s=self.now, replicas=need, rate_per_s=self.lam))
+        return tuple(kept[-p.history_max_entries :])

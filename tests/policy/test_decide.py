@@ -1,0 +1,314 @@
+"""Table-driven decisions: each row is a situation a user would recognise; decision AND reason checked."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, replace
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from poolpilot.api.types import InferencePoolSpec, ReplicaSpec
+from poolpilot.policy import (
+    HistoryEntry,
+    PolicyInputError,
+    PolicyParams,
+    PoolState,
+    Signals,
+    advance,
+    decide,
+)
+
+NOW = 10_000.0
+# Batching pinned to one setting, for rows about replicas only.
+ONE_CONFIG = {
+    "batching": {"instanceCount": {"min": 1, "max": 1}, "maxQueueDelayMicroseconds": {"min": 0, "max": 0}}
+}
+
+
+def settled_state(replicas: int, batching: Any, *, need: int | None = None, **kw: Any) -> PoolState:
+    """A pool that has run unchanged for 10 minutes, recommending `need` (default: its size) each tick."""
+    need = replicas if need is None else need
+    history = tuple(
+        HistoryEntry(time_s=NOW - 15 * i, replicas=need, rate_per_s=math.nan) for i in range(40, 0, -1)
+    )
+    base: dict[str, Any] = {
+        "replicas": replicas,
+        "batching": batching,
+        "history": history,
+        "last_batching_change_s": NOW - 3_600,
+        "last_scale_change_s": NOW - 3_600,
+        "last_scale_up_s": NOW - 3_600,
+    }
+    base.update(kw)
+    return PoolState(**base)
+
+
+def sig(rate: float, p99: float, *, ready: int | None = None, **kw: Any) -> Signals:
+    base: dict[str, Any] = {
+        "p99_ms": p99,
+        "request_rate_per_s": rate,
+        "inference_rate_per_s": rate,
+        "avg_batch_size": 2.0,
+        "compute_us_per_exec": 54_400.0,
+        "queue_time_us": 1_000.0,
+        "ready_replicas": ready,
+        "age_s": 5.0,
+    }
+    base.update(kw)
+    return Signals(**base)
+
+
+@dataclass
+class Row:
+    id: str
+    state: Any  # callable(kit) -> PoolState
+    signals: Signals
+    expect_actions: tuple[str, ...]
+    reason: str  # regex that one reason must match
+    spec: dict[str, Any] = field(default_factory=dict)
+    check: Any = None  # optional callable(decision, state) -> None
+
+
+ROWS = [
+    Row(
+        "p99 above objective: cut queue delay and scale out at once",
+        lambda kit: settled_state(4, kit.batching(8_000)),
+        sig(300, 182, ready=4),
+        ("scale", "batching"),
+        r"^p99 182 ms > 150 ms objective: cut queue delay 8000→\d+ µs and scale 4→\d+$",
+        check=lambda d, s: (d.replicas > 4, d.batching.max_queue_delay_us < 8_000, d.emergency),
+    ),
+    Row(
+        "p99 above objective right after a batching change: still acts (emergency ignores the rate limit)",
+        lambda kit: settled_state(4, kit.batching(8_000), last_batching_change_s=NOW - 61),
+        sig(300, 182, ready=4),
+        ("scale", "batching"),
+        r"cut queue delay 8000→",
+    ),
+    Row(
+        "low load after the stabilisation window: scale in to the need",
+        lambda kit: settled_state(10, kit.batching(0), need=2),
+        sig(20, 105, ready=10),
+        ("scale",),
+        r"^scale in 10→\d after 300 s stabilisation",
+        check=lambda d, s: (d.replicas < 10,),
+    ),
+    Row(
+        "low load but a higher recommendation inside the window: scale-in deferred",
+        lambda kit: settled_state(10, kit.batching(0), need=10),
+        sig(20, 105, ready=10),
+        (),
+        r"^scale in deferred: stabilisation window \(max recommendation 10",
+        spec=ONE_CONFIG,
+    ),
+    Row(
+        "low load, no recorded history (restart): scale-in deferred",
+        lambda kit: replace(settled_state(10, kit.batching(0)), history=()),
+        sig(20, 105, ready=10),
+        (),
+        r"^scale in deferred: less than 300 s of recommendations recorded$",
+        spec=ONE_CONFIG,
+    ),
+    Row(
+        "request rate missing: hold, no scale-in",
+        lambda kit: settled_state(10, kit.batching(0), need=1),
+        sig(math.nan, 105, ready=10),
+        (),
+        r"^hold: metrics missing or NaN \(request_rate_per_s\): keeping 10 replicas",
+        check=lambda d, s: (d.hold, d.replicas == 10),
+    ),
+    Row(
+        "p99 NaN while requests flow: hold",
+        lambda kit: settled_state(10, kit.batching(0), need=1),
+        sig(50, math.nan, ready=10),
+        (),
+        r"^hold: metrics missing or NaN \(p99_ms\)",
+        check=lambda d, s: (d.hold,),
+    ),
+    Row(
+        "stale metrics: hold",
+        lambda kit: settled_state(10, kit.batching(0), need=1),
+        sig(50, 100, ready=10, age_s=120.0),
+        (),
+        r"^hold: metrics stale \(newest sample 120 s old > 45 s\)",
+        check=lambda d, s: (d.hold,),
+    ),
+    Row(
+        "no traffic: a NaN p99 is not missing data, scale in to replicas.min",
+        lambda kit: settled_state(3, kit.batching(0), need=1),
+        sig(0, math.nan, ready=3),
+        ("scale",),
+        r"^scale in 3→1",
+        check=lambda d, s: (not d.hold, d.replicas == 1),
+    ),
+    Row(
+        "OOM failures: halve the max batch size",
+        lambda kit: settled_state(4, kit.batching(0)),
+        sig(100, 120, ready=4, failure_rate_by_reason={"OOM": 0.5}),
+        ("batching",),
+        r"^OOM/BACKEND failures 0\.50/s: lower max batch size 64→32$",
+        check=lambda d, s: (d.batching.max_batch_size == 32, d.latency_model.max_batch_ceiling == 32),
+    ),
+    Row(
+        "OOM lowers max batch below preferred sizes: those are dropped",
+        lambda kit: settled_state(4, kit.batching(0, preferred=(48, 64))),
+        sig(100, 120, ready=4, failure_rate_by_reason={"BACKEND": 1.0}),
+        ("batching",),
+        r"^preferred batch sizes \[48, 64\] dropped: above max batch size 32$",
+        spec={"batching": {"preferredBatchSizes": [48, 64]}},
+        check=lambda d, s: (d.batching.preferred_batch_sizes == (),),
+    ),
+    Row(
+        "Recommend mode: the full decision, but no action",
+        lambda kit: settled_state(4, kit.batching(8_000)),
+        sig(300, 182, ready=4),
+        (),
+        r"^Recommend mode: would scale and batching; nothing applied$",
+        spec={"mode": "Recommend"},
+        check=lambda d, s: (d.replicas > 4, not d.hold),
+    ),
+    Row(
+        "Off mode: hold and say so",
+        lambda kit: settled_state(4, kit.batching(8_000)),
+        sig(300, 182, ready=4),
+        (),
+        r"^mode Off: PoolPilot changes nothing on this pool$",
+        spec={"mode": "Off"},
+        check=lambda d, s: (d.hold, d.replicas == 4),
+    ),
+    Row(
+        "lost capacity (2 of 6 pods gone for minutes): keep 6, count the lost GPUs",
+        lambda kit: settled_state(6, kit.batching(0), need=1),
+        sig(20, 105, ready=4),
+        (),
+        r"^lost capacity: 4/6 replicas ready \d+ s after the last change: keep 6 replicas \(no scale-in\), "
+        r"node demand counts 2 lost GPUs$",
+        check=lambda d, s: (d.replicas == 6, d.node_demand.gpus_now == 6),
+    ),
+    Row(
+        "demand beyond replicas.max: capped, and the reason says the objective is out of reach",
+        lambda kit: settled_state(3, kit.batching(0)),
+        sig(3_000, 140, ready=3),
+        (),
+        r"^objective unreachable within replicas.max 3",
+        spec={"replicas": {"max": 3}},
+        check=lambda d, s: (d.replicas == 3,),
+    ),
+]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.id for r in ROWS])
+def test_decision_table(kit: SimpleNamespace, row: Row) -> None:
+    spec = kit.make_spec(**row.spec)
+    state = row.state(kit)
+    d = decide(spec, state, row.signals, NOW)
+    assert d.actions == row.expect_actions, d.reasons
+    assert any(re.search(row.reason, r) for r in d.reasons), d.reasons
+    assert d.scale_changed == ("scale" in d.actions)
+    assert d.batching_changed == ("batching" in d.actions)
+    if row.check is not None:
+        assert all(row.check(d, state)), d.reasons
+
+
+def test_batching_change_is_rate_limited_but_then_happens(kit: SimpleNamespace) -> None:
+    """A better batching waits out minSecondsBetweenChanges (each change reloads every pod)."""
+    spec = kit.make_spec()
+    # A 50 ms delay with two interfering instances wastes replicas; no delay and one instance needs fewer.
+    state = settled_state(10, kit.batching(50_000, instances=2), need=10)
+    s = sig(300, 120, ready=10)
+    free = decide(spec, state, s, NOW)
+    assert "batching" in free.actions, free.reasons
+    assert free.batching.max_queue_delay_us != 50_000
+    limited = decide(spec, replace(state, last_batching_change_s=NOW - 30), s, NOW)
+    assert "batching" not in limited.actions
+    assert any(
+        r.startswith("batching change deferred: last change 30 s ago < 120 s minimum")
+        for r in limited.reasons
+    )
+
+
+def test_steady_pool_makes_no_change_and_says_why(kit: SimpleNamespace) -> None:
+    spec = kit.make_spec()
+    plant = kit.Plant()
+    run = kit.run_loop(spec, plant, lambda t: 400.0, duration_s=1_800)
+    _, last, s = run.decisions[-1]
+    assert last.actions == ()
+    assert any(r.startswith(f"steady: {last.replicas} replicas meet the objective") for r in last.reasons)
+    assert s.p99_ms <= 150
+
+
+def test_straggler_class_gets_a_queue_timeout(kit: SimpleNamespace) -> None:
+    """p99 far above the model while mean execution and queueing match it → a queue-policy timeout."""
+    spec = kit.make_spec()
+    state = settled_state(10, kit.batching(0))
+    d = None
+    for i in range(20):
+        t = NOW + 15 * i
+        # 2 req/s per replica: the model expects ~57 ms (no queueing), the pool measures 145 ms.
+        s = sig(
+            20, 145, ready=state.replicas, avg_batch_size=1.0, compute_us_per_exec=52_190.0, queue_time_us=0.0
+        )
+        d = decide(spec, state, s, t)
+        state = advance(state, d, t)
+    assert d is not None
+    assert any(r.startswith("stragglers: p99 is") for r in d.reasons), d.reasons
+    assert state.batching.queue_timeout_us is not None
+    assert 0 < state.batching.queue_timeout_us < 150_000
+
+
+def test_breach_at_the_latency_floor_does_not_buy_replicas(kit: SimpleNamespace) -> None:
+    """One execution already exceeds the objective: scaling out cannot help, and the reason says so."""
+    spec = kit.make_spec(**ONE_CONFIG)
+    params = PolicyParams(prior_a_ms=200.0)
+    state = settled_state(8, kit.batching(0))
+    d = decide(
+        spec,
+        state,
+        sig(2, 420, ready=8, avg_batch_size=1.0, compute_us_per_exec=202_000.0),
+        NOW,
+        params=params,
+    )
+    assert d.replicas == 8
+    assert any("more replicas would not help" in r for r in d.reasons), d.reasons
+
+
+def test_node_demand_leads_a_rising_demand(kit: SimpleNamespace) -> None:
+    spec = kit.make_spec()
+    state = settled_state(4, kit.batching(0))
+    history = tuple(
+        HistoryEntry(time_s=NOW - 15 * i, replicas=4, rate_per_s=400.0 - 12 * i) for i in range(20, 0, -1)
+    )
+    d = decide(
+        spec, replace(state, history=history), sig(400, 120, ready=4), NOW, node_pool=kit.make_node_pool()
+    )
+    assert d.node_demand is not None
+    assert d.node_demand.gpus_ahead > d.node_demand.gpus_now >= d.replicas
+    assert any(r.startswith("demand rising: sizing for") for r in d.reasons)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field_name"),
+    [
+        (lambda spec, st: (spec, replace(st, replicas=-1)), "state.replicas"),
+        (
+            lambda spec, st: (
+                spec.model_copy(update={"replicas": ReplicaSpec.model_construct(min=5, max=3)}),
+                st,
+            ),
+            "spec.replicas",
+        ),
+        (
+            lambda spec, st: (spec, replace(st, batching=replace(st.batching, instance_count=0))),
+            "instance_count",
+        ),
+    ],
+    ids=["negative replicas", "replicas min > max", "zero instances"],
+)
+def test_bad_input_names_the_field(kit: SimpleNamespace, mutate: Any, field_name: str) -> None:
+    spec: InferencePoolSpec = kit.make_spec()
+    spec, state = mutate(spec, settled_state(2, kit.batching(0)))
+    with pytest.raises(PolicyInputError, match=re.escape(field_name)):
+        decide(spec, state, sig(10, 100), NOW)

@@ -1,0 +1,152 @@
+"""The latency model: the online fit, the correction, and the p99 estimate against a batcher simulation."""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from poolpilot.policy import PolicyParams
+from poolpilot.policy.model import estimate, observe, prior_model, scale_in_correction, with_correction
+
+PARAMS = PolicyParams()
+POISSON = PolicyParams(router="random", instance_slowdown=0.0)
+
+
+def test_fit_recovers_a_line_from_spread_batch_sizes() -> None:
+    m = prior_model(PARAMS)
+    for i in range(200):
+        x = 1 + (i * 7) % 32
+        m = observe(m, batch_items=x, compute_ms=20.0 + 1.5 * x, slowdown=1.0, params=PARAMS)
+    # The prior (50 + 2.19·batch) still pulls a little: the data outweigh it about 8 to 1.
+    assert m.a_ms == pytest.approx(20.0, rel=0.1)
+    assert m.b_ms == pytest.approx(1.5, rel=0.1)
+
+
+def test_one_batch_size_moves_the_level_and_keeps_the_prior_slope() -> None:
+    m = prior_model(PARAMS)
+    for _ in range(100):
+        m = observe(m, batch_items=8.0, compute_ms=40.0, slowdown=1.0, params=PARAMS)
+    assert m.b_ms == pytest.approx(PARAMS.prior_b_ms, rel=0.05)
+    assert m.a_ms + m.b_ms * 8 == pytest.approx(40.0, rel=0.02)  # the line goes through the data
+
+
+def test_fit_undoes_the_instance_slowdown() -> None:
+    """Compute time measured with 2 instances sharing a GPU is mapped back to one execution alone."""
+    p = PolicyParams()
+    m = prior_model(p)
+    for i in range(200):
+        x = 1 + (i * 5) % 24
+        m = observe(m, batch_items=x, compute_ms=1.5 * (30.0 + 2.0 * x), slowdown=1.5, params=p)
+    assert (m.a_ms, m.b_ms) == pytest.approx((30.0, 2.0), rel=0.1)
+
+
+def test_correction_is_smoothed_clamped_and_remembers_its_peak() -> None:
+    m = prior_model(PARAMS)
+    m = with_correction(m, 10.0, PARAMS, dt_s=15)
+    assert 1.0 < m.correction < PARAMS.correction_max  # one tick moves part of the way
+    for _ in range(50):
+        m = with_correction(m, 10.0, PARAMS, dt_s=15)
+    assert m.correction == pytest.approx(PARAMS.correction_max)
+    for _ in range(20):
+        m = with_correction(m, 1.0, PARAMS, dt_s=15)
+    assert m.correction < 1.1
+    # Scale-in keeps checking with the recent peak, which decays slowly.
+    assert scale_in_correction(m) > 2.0
+
+
+def _des_p99(rate_per_s: float, delay_ms: float, k: int, max_batch: int = 64, n: int = 20_000) -> float:
+    """An independent reference: Triton's batcher rules, one replica, Poisson arrivals, latency a + b·B."""
+    a, b = 50.0, 2.19
+    rnd = random.Random(7)
+    lam = rate_per_s / 1000.0
+    t = 0.0
+    arrivals = []
+    for _ in range(n):
+        t += rnd.expovariate(lam)
+        arrivals.append(t)
+    free = [0.0] * k
+    q: deque[float] = deque()
+    lat: list[float] = []
+    i = 0
+    now = 0.0
+    while i < n or q:
+        f = min(free)
+        if not q:
+            now = max(now, arrivals[i])
+            q.append(arrivals[i])
+            i += 1
+            continue
+        fire = max(f, now)
+        while i < n and arrivals[i] <= fire:
+            q.append(arrivals[i])
+            i += 1
+        if len(q) < max_batch and q[0] + delay_ms > fire:  # wait for the oldest's delay or a full batch
+            need = max_batch - len(q)
+            deadline = q[0] + delay_ms
+            fire = (
+                arrivals[i + need - 1]
+                if i + need - 1 < n and arrivals[i + need - 1] <= deadline
+                else deadline
+            )
+            while i < n and arrivals[i] <= fire:
+                q.append(arrivals[i])
+                i += 1
+        size = min(max_batch, len(q))
+        done = fire + a + b * size
+        free[free.index(f)] = done
+        lat.extend(done - q.popleft() for _ in range(size))
+        now = fire
+    lat.sort()
+    return lat[int(0.99 * len(lat))]
+
+
+@pytest.mark.parametrize(
+    ("rate_per_s", "delay_ms", "k"),
+    [(5, 0, 1), (100, 0, 1), (200, 0, 1), (50, 0, 2), (200, 0, 2), (100, 20, 2), (300, 40, 2), (150, 20, 1)],
+    ids=lambda v: str(v),
+)
+def test_estimate_tracks_a_batcher_simulation(rate_per_s: float, delay_ms: float, k: int) -> None:
+    """Within 15 % of a discrete-event run of the batcher rules (Poisson arrivals, one replica)."""
+    est = estimate(
+        prior_model(POISSON),
+        rate_per_s=rate_per_s,
+        max_queue_delay_us=int(delay_ms * 1000),
+        instance_count=k,
+        max_batch_size=64,
+        quantile=0.99,
+        items_per_request=1.0,
+        params=POISSON,
+    )
+    assert est.p99_ms == pytest.approx(_des_p99(rate_per_s, delay_ms, k), rel=0.15)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rate=st.floats(0, 2_000),
+    extra=st.floats(0, 2_000),
+    delay_us=st.integers(0, 100_000),
+    k=st.integers(1, 4),
+    max_batch=st.integers(1, 256),
+    replicas=st.integers(1, 64),
+)
+def test_more_load_never_predicts_a_lower_p99(
+    rate: float, extra: float, delay_us: int, k: int, max_batch: int, replicas: int
+) -> None:
+    def p99(r: float) -> float:
+        return estimate(
+            prior_model(PARAMS),
+            rate_per_s=r,
+            max_queue_delay_us=delay_us,
+            instance_count=k,
+            max_batch_size=max_batch,
+            quantile=0.99,
+            items_per_request=1.0,
+            params=PARAMS,
+            replicas=replicas,
+        ).p99_ms
+
+    assert p99(rate + extra) >= p99(rate) - 1e-9
