@@ -312,3 +312,90 @@ def test_bad_input_names_the_field(kit: SimpleNamespace, mutate: Any, field_name
     spec, state = mutate(spec, settled_state(2, kit.batching(0)))
     with pytest.raises(PolicyInputError, match=re.escape(field_name)):
         decide(spec, state, sig(10, 100), NOW)
+
+
+# -- whole nodes: margin bought with paid GPUs, not new nodes ------------------------------------------
+
+PER_NODE = 8  # kit.make_node_pool(): 8 GPUs per node, 1 GPU per replica
+
+
+def test_replicas_fill_the_nodes_already_paid_for_and_node_demand_stays_the_plan(
+    kit: SimpleNamespace,
+) -> None:
+    spec = kit.make_spec(**ONE_CONFIG)
+    state = settled_state(3, kit.batching(0))
+    signals = sig(60, 110, ready=3)
+    plain = decide(spec, state, signals, NOW, node_pool=kit.make_node_pool())
+    paid = decide(spec, state, signals, NOW, node_pool=kit.make_node_pool(), paid_replicas=PER_NODE)
+    assert plain.replicas < PER_NODE  # the plan fits in one node with GPUs to spare
+    assert paid.replicas == PER_NODE, paid.reasons
+    assert any(r.startswith(f"fill paid nodes: {PER_NODE} replicas") for r in paid.reasons), paid.reasons
+    # The node pool is sized from the plan, not the fill, so it can still shrink.
+    assert paid.node_demand is not None and plain.node_demand is not None
+    assert paid.node_demand.gpus_now == plain.node_demand.gpus_now < PER_NODE
+
+
+def _sweep(kit: SimpleNamespace, replicas: int, paid: int) -> list[tuple[float, Any, Any]]:
+    spec = kit.make_spec(**ONE_CONFIG)
+    state = settled_state(replicas, kit.batching(0))
+    out = []
+    for rate in range(100, 1_600, 25):
+        signals = sig(float(rate), 120, ready=replicas)
+        plain = decide(spec, state, signals, NOW, node_pool=kit.make_node_pool())
+        priced = decide(spec, state, signals, NOW, node_pool=kit.make_node_pool(), paid_replicas=paid)
+        out.append((float(rate), plain, priced))
+    return out
+
+
+def test_no_new_node_for_the_margin_alone(kit: SimpleNamespace) -> None:
+    """The objective alone would open a second node; the paid node meets the target with half the margin."""
+    spec = kit.make_spec()
+    node_ms = spec.slo.latency_target_ms * (1 - spec.slo.margin_ratio * PolicyParams().node_margin_share)
+    stays = 0
+    for rate, plain, priced in _sweep(kit, PER_NODE, PER_NODE):
+        assert priced.node_demand is not None
+        if plain.replicas > PER_NODE and priced.replicas == PER_NODE:
+            stays += 1
+            assert any(r.startswith("margin without a new node") for r in priced.reasons), priced.reasons
+            assert priced.predicted_p99_ms <= node_ms, (rate, priced.reasons)
+            assert priced.node_demand.gpus_ahead <= PER_NODE
+        else:  # a node is opened only when the paid one cannot meet even the relaxed level
+            assert priced.replicas >= min(plain.replicas, PER_NODE), (rate, priced.reasons)
+    assert stays > 0
+
+
+def test_a_node_held_for_the_margin_is_released_but_never_during_a_breach(kit: SimpleNamespace) -> None:
+    released = 0
+    for rate, _, priced in _sweep(kit, 2 * PER_NODE, 2 * PER_NODE):
+        if any(r.startswith("release a node") for r in priced.reasons):
+            released += 1
+            assert priced.replicas == PER_NODE, priced.reasons
+            assert priced.node_demand is not None and priced.node_demand.gpus_ahead <= PER_NODE
+            assert "batching" not in priced.actions
+            spec = kit.make_spec(**ONE_CONFIG)
+            state = settled_state(2 * PER_NODE, kit.batching(0))
+            hot = decide(
+                spec,
+                state,
+                sig(rate, 180, ready=2 * PER_NODE),
+                NOW,
+                node_pool=kit.make_node_pool(),
+                paid_replicas=2 * PER_NODE,
+            )
+            assert hot.replicas >= 2 * PER_NODE, hot.reasons
+    assert released > 0
+
+
+def test_no_node_release_before_the_stabilisation_window_is_recorded(kit: SimpleNamespace) -> None:
+    spec = kit.make_spec(**ONE_CONFIG)
+    state = replace(settled_state(2 * PER_NODE, kit.batching(0)), history=())
+    for rate in range(100, 1_600, 100):
+        d = decide(
+            spec,
+            state,
+            sig(float(rate), 120, ready=2 * PER_NODE),
+            NOW,
+            node_pool=kit.make_node_pool(),
+            paid_replicas=2 * PER_NODE,
+        )
+        assert d.replicas == 2 * PER_NODE, d.reasons

@@ -11,7 +11,9 @@ Order of a tick (docs/policy.md has the reasons catalogue):
 5. guard and stabilise: a measured breach acts at once (cut the delay, scale out in proportion);
    scale-in waits out the stabilisation window (max recommendation in it) and a stricter dead-band,
    and never happens in the same tick as a batching change; batching changes are rate limited;
-6. report: actions (empty in Recommend/Off), reasons, updated history and model, node demand.
+6. whole nodes (only when the caller passes `paid_replicas`): no node opened or kept for the margin
+   alone, replicas fill the nodes the plan holds (docs/policy.md, "Whole nodes");
+7. report: actions (empty in Recommend/Off), reasons, updated history and model, node demand.
 """
 
 from __future__ import annotations
@@ -205,8 +207,12 @@ def decide(
     *,
     node_pool: GPUNodePoolSpec | None = None,
     params: PolicyParams = DEFAULT_PARAMS,
+    paid_replicas: int | None = None,
 ) -> Decision:
     """Decide replicas and batching for one pool at `now_s`; see the module docstring for the order.
+
+    `paid_replicas`: replicas this pool may run on node-pool GPUs already paid for (nodes requested,
+    whole; the caller knows the other tenants). None = unknown: nodes are not priced in.
 
     Apply only `Decision.actions` (empty in Recommend and Off mode); carry `latency_model` and
     `history` into the next `PoolState` (`poolpilot.policy.advance` does it).
@@ -225,7 +231,7 @@ def decide(
             "no scale-in on missing data",
             off=False,
         )
-    return _Tick(spec, state, signals, now_s, node_pool, params, model).run()
+    return _Tick(spec, state, signals, now_s, node_pool, params, model, paid_replicas).run()
 
 
 class _Tick:
@@ -240,6 +246,7 @@ class _Tick:
         node_pool: GPUNodePoolSpec | None,
         params: PolicyParams,
         model: LatencyModel,
+        paid_replicas: int | None = None,
     ) -> None:
         self.spec, self.state, self.sig, self.now = spec, state, signals, now_s
         self.node_pool, self.p, self.model = node_pool, params, model
@@ -263,6 +270,7 @@ class _Tick:
         self.straggler = False
         self.max_batch = spec.model.max_batch_size
         self.floor_note = ""
+        self.paid_replicas = paid_replicas
 
     # -- learning -------------------------------------------------------------------------------------
     def learn(self) -> None:
@@ -400,7 +408,11 @@ class _Tick:
             else:
                 r_guard = R
         need = max(cand_best.replicas, r_guard)
-        lost = self.ready < R and _since(self.now, state.last_scale_change_s) >= p.lost_capacity_grace_s
+        # A pod waiting for a node the pool asked for is not lost before that node's lead time is up.
+        grace_s = p.lost_capacity_grace_s
+        if self.node_pool is not None:
+            grace_s = max(grace_s, float(self.node_pool.provisioning_seconds) + p.pod_start_s)
+        lost = self.ready < R and _since(self.now, state.last_scale_change_s) >= grace_s
         if lost:
             gpr = spec.node_pool.gpus_per_replica if spec.node_pool else 1
             self.reasons.append(
@@ -520,6 +532,27 @@ class _Tick:
         if target > self.r_hi or target < self.r_lo:
             self.reasons.append(f"replicas clamped to spec bounds [{self.r_lo}, {self.r_hi}]")
         target = _clamp(target, self.r_lo, self.r_hi)
+        # Node demand leads replica demand by the node pool's provisioning time.
+        prov_s = float(self.node_pool.provisioning_seconds) if self.node_pool else p.default_provisioning_s
+        lam_ahead = self.lam + slope * (prov_s + p.pod_start_s)
+        r_ahead = fewest_replicas(self.problem(lam_ahead, self.objective_ms), d, k).replicas
+        r_ahead = _clamp(max(r_ahead, target), self.r_lo, self.r_hi)
+        planned = target
+        if self.paid_replicas is not None and r_guard <= R and not lost:
+            # A release moves replicas down: only under the running batching, never with a breach,
+            # and only once the fleet has held still for the scale-down stabilisation window.
+            can_release = (
+                not breach
+                and not forced
+                and covered
+                and (d, k) == (cur_d, cur_k)
+                and self.ready >= R
+                and _since(self.now, state.last_scale_change_s)
+                >= spec.replicas.scale_down_stabilization_seconds
+            )
+            target, planned, r_ahead = self.use_paid_nodes(
+                target, r_ahead, d, k, lam_plan, lam_ahead, can_release=can_release
+            )
         if not chosen.feasible:
             self.reasons.append(
                 f"objective unreachable within replicas.max {self.r_hi}: predicted p99 "
@@ -595,13 +628,7 @@ class _Tick:
                 self.reasons.insert(0, f"Recommend mode: would {' and '.join(actions)}; nothing applied")
             actions = []
 
-        # Node demand leads replica demand by the node pool's provisioning time.
-        prov_s = float(self.node_pool.provisioning_seconds) if self.node_pool else p.default_provisioning_s
-        lam_ahead = self.lam + slope * (prov_s + p.pod_start_s)
-        r_ahead = fewest_replicas(self.problem(lam_ahead, self.objective_ms), d, k).replicas
-        r_ahead = _clamp(max(r_ahead, target), self.r_lo, self.r_hi)
-
-        if target > R and self.ready >= R:
+        if planned > R and self.ready >= R:
             # Evidence: R serving replicas were too few at this demand (not: the target was needed).
             self.model = replace(self.model, floor_replicas=R + 1, floor_rate_per_s=self.lam)
         elif floor > 0 and not floor_active:
@@ -613,7 +640,7 @@ class _Tick:
             predicted_p99_ms=p99_pred,
             reasons=tuple(self.reasons),
             latency_model=self.model,
-            node_demand=_node_demand(spec, target, r_ahead, hold=False),
+            node_demand=_node_demand(spec, planned, r_ahead, hold=False),
             scale_changed="scale" in actions,
             batching_changed="batching" in actions,
             hold=False,
@@ -626,6 +653,68 @@ class _Tick:
         )
 
     # -- helpers --------------------------------------------------------------------------------------
+    def use_paid_nodes(
+        self,
+        target: int,
+        r_ahead: int,
+        d: int,
+        k: int,
+        lam_plan: float,
+        lam_ahead: float,
+        *,
+        can_release: bool,
+    ) -> tuple[int, int, int]:
+        """(replicas, planned replicas, replicas ahead) once node granularity is priced in.
+
+        Nodes are bought whole: the margin below the target is worth a free GPU on a node already
+        paid for, not a new node. So (1) a plan that would open a node only to meet the objective
+        (target − margin) stays on the paid nodes when they meet the target itself, and (2) the
+        replicas fill the nodes the plan holds anyway (idle paid GPUs buy latency for nothing). The
+        node demand follows the plan, never the fill, so the node pool still shrinks: (3) a node held
+        only for the margin is released when the target is met without it at the scale-in dead-band
+        (10 % more demand, the peak correction).
+        """
+        assert self.paid_replicas is not None
+        paid = _clamp(self.paid_replicas, self.r_lo, self.r_hi)
+        gpr = self.spec.node_pool.gpus_per_replica if self.spec.node_pool else 1
+        gpn = self.node_pool.gpus_per_node if self.node_pool else gpr
+        per_node = max(1, gpn // gpr)
+        # The part of the margin that whole nodes are bought for; the rest is bought with free GPUs.
+        node_ms = self.target_ms * (1.0 - self.spec.slo.margin_ratio * self.p.node_margin_share)
+        planned = target
+        if max(planned, r_ahead) > paid:
+            now_ok = fewest_replicas(self.problem(lam_plan, node_ms), d, k)
+            ahead_ok = fewest_replicas(self.problem(lam_ahead, node_ms), d, k)
+            if now_ok.feasible and ahead_ok.feasible and max(now_ok.replicas, ahead_ok.replicas) <= paid:
+                self.reasons.append(
+                    f"margin without a new node: {paid} replicas on the paid nodes meet "
+                    f"{node_ms:.0f} ms (the {self.objective_ms:.0f} ms objective would "
+                    f"need {max(planned, r_ahead)})"
+                )
+                planned = min(planned, paid)
+                r_ahead = min(r_ahead, paid)
+        fewer = paid - per_node
+        if can_release and fewer >= self.r_lo and max(planned, r_ahead) > fewer:
+            head = 1.0 + self.p.scale_in_demand_headroom
+            peak = replace(self.model, correction=scale_in_correction(self.model))
+            strict = [
+                fewest_replicas(replace(self.problem(lam * head, node_ms), model=peak), d, k)
+                for lam in (lam_plan, lam_ahead)
+            ]
+            if all(c.feasible and c.replicas <= fewer for c in strict):
+                self.reasons.append(
+                    f"release a node: {fewer} replicas meet {node_ms:.0f} ms at "
+                    f"{head - 1:.0%} more demand (the objective alone held {max(planned, r_ahead)})"
+                )
+                planned = min(planned, fewer)
+                r_ahead = min(r_ahead, fewer)
+        fill = min(paid, per_node * math.ceil(max(planned, r_ahead) / per_node))
+        if fill > planned:
+            self.reasons.append(
+                f"fill paid nodes: {fill} replicas on GPUs already paid for (the plan needs {planned})"
+            )
+        return max(planned, fill), planned, r_ahead
+
     def predict(self, replicas: int, d: int, k: int, lam: float) -> tuple[float, float]:
         if replicas <= 0:
             return math.nan, 0.0

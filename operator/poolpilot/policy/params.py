@@ -53,6 +53,9 @@ class PolicyParams:
 
     # Scale-in must also meet the objective at this much more demand (dead-band against flapping).
     scale_in_demand_headroom: float = 0.10
+    # Nodes come whole: a node is opened (or kept) only to meet target x (1 - margin x this share);
+    # the rest of the margin is bought with GPUs on nodes already paid for (see `use_paid_nodes`).
+    node_margin_share: float = 0.5
     # The feedback guard scales out at most this factor per tick, and waits this long after a
     # scale-up before scaling out again on the (lagging) measured p99.
     guard_max_step_ratio: float = 2.0

@@ -4,7 +4,8 @@
 operator drives it: every tick it reads the workload's replicas (`obs.replicas`), keeps everything else
 in a `PoolState` carried by `poolpilot.policy.advance` (history, last changes, the fitted latency model,
 the last applied batching — what the operator keeps in status), applies only `Decision.actions`, and
-sizes the node pool with `poolpilot.policy.size_node_pool` from the decision's node demand. The spec
+sizes the node pool with `poolpilot.policy.size_node_pool` from the decision's node demand. The
+simulated node pool has one tenant, so every GPU on its requested nodes is passed as `paid_replicas`. The spec
 (`InferencePoolSpec`, `GPUNodePoolSpec`) is built from `SimParams`, i.e. from the CLI flags.
 """
 
@@ -74,7 +75,12 @@ class PoolPilotController:
         if self.state is None:
             self.state = PoolState(replicas=obs.replicas, batching=obs.batching)
         state = replace(self.state, replicas=obs.replicas)
-        decision = decide(self.spec, state, obs.signals, obs.now_s, node_pool=self.node_pool)
+        # The simulated node pool has one tenant: every GPU on its requested nodes is this pool's.
+        gpr = self.spec.node_pool.gpus_per_replica if self.spec.node_pool else 1
+        paid = obs.nodes * (self.node_pool.gpus_per_node // gpr)
+        decision = decide(
+            self.spec, state, obs.signals, obs.now_s, node_pool=self.node_pool, paid_replicas=paid
+        )
         self.state = advance(state, decision, obs.now_s)
         nodes: int | None = None
         reasons = decision.reasons
