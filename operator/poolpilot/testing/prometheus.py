@@ -44,6 +44,18 @@ DEFAULT_BINARY: Final = "prometheus"
 INSTALL_HINT: Final = "install it with `apt-get install -y prometheus` (only /usr/bin/prometheus is used)"
 
 
+def terminate(proc: subprocess.Popen[bytes] | subprocess.Popen[str] | None, grace_s: float = 10) -> None:
+    """SIGTERM a child, SIGKILL it if it has not exited after `grace_s`; no-op if gone already."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=grace_s)
+
+
 class PrometheusError(RuntimeError):
     """Prometheus did not start, or a query failed; the message carries the server's words."""
 
@@ -146,13 +158,7 @@ class PrometheusServer:
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        terminate(proc)
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -372,13 +378,7 @@ class ExecutorProcess:
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        terminate(proc)
 
     def log_tail(self, lines: int = 40) -> str:
         try:
