@@ -210,11 +210,12 @@ def test_more_load_never_fewer_replicas(kit: SimpleNamespace, data: st.DataObjec
 
 
 @pytest.mark.xfail(
-    strict=True,
+    strict=False,
     reason=(
         "known open defect (issue 3): on some steady loads the policy makes one late scale-in after "
-        "2+ hours while its measured/predicted correction drifts (e.g. 9→8 at t=8355 s, rate=180/s); "
-        "strict: this test turns red the day the policy holds"
+        "2+ hours while its measured/predicted correction drifts (e.g. 9→8 at t=8355 s at 180 req/s; "
+        "16→15 at t=8970 s at 2237 req/s, a=60, b=1.21); which generated examples hit it depends on the "
+        "hypothesis run, so the mark is not strict; remove it once the policy holds"
     ),
 )
 @SLOW
