@@ -17,11 +17,7 @@ import tritonclient.http.aio as triton_aio
 
 from poolpilot import loadgen, loadgen_schedule
 from poolpilot.loadgen_schedule import Arrival, ScheduleError
-from poolpilot.testing.prometheus import (  # noqa: F401  (fixture)
-    ExecutorProcess,
-    executor_process,
-    write_emulated_model,
-)
+from poolpilot.testing.prometheus import ExecutorProcess, write_emulated_model
 
 TRACE = Path("/work/shared/traces/AzureLLMInferenceTrace_conv.csv")
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -188,7 +184,7 @@ async def _stats(url: str, model: str) -> tuple[int, int]:
     return int(entry["inference_count"]), int(entry["inference_stats"]["success"]["count"])
 
 
-async def test_replay_counts_match_the_server_and_metrics(emu_repo: Path, executor_process) -> None:  # noqa: F811
+async def test_replay_counts_match_the_server_and_metrics(emu_repo: Path, executor_process) -> None:
     proc: ExecutorProcess = executor_process(emu_repo, ["fast"])
     schedule = loadgen_schedule.synthetic("constant", base_rps=100, duration_s=2.0, seed=5)
     metrics = loadgen.LoadgenMetrics()
@@ -218,7 +214,7 @@ async def test_replay_counts_match_the_server_and_metrics(emu_repo: Path, execut
     assert report.intended_rate_rps == pytest.approx(loadgen_schedule.mean_rate_rps(schedule))
 
 
-async def test_open_loop_sends_on_schedule_while_the_server_lags(emu_repo: Path, executor_process) -> None:  # noqa: F811
+async def test_open_loop_sends_on_schedule_while_the_server_lags(emu_repo: Path, executor_process) -> None:
     """20 requests at 40 req/s into a server that answers one per 150 ms: sending must not wait."""
     proc: ExecutorProcess = executor_process(emu_repo, ["slow"])
     schedule = [Arrival(offset_s=i * 0.025) for i in range(20)]
@@ -238,7 +234,7 @@ async def test_open_loop_sends_on_schedule_while_the_server_lags(emu_repo: Path,
     assert report.achieved_send_rate_rps == pytest.approx(report.intended_rate_rps, rel=0.35)
 
 
-async def test_round_robin_over_two_executors(emu_repo: Path, executor_process) -> None:  # noqa: F811
+async def test_round_robin_over_two_executors(emu_repo: Path, executor_process) -> None:
     a: ExecutorProcess = executor_process(emu_repo, ["fast"])
     b: ExecutorProcess = executor_process(emu_repo, ["fast"])
     schedule = [Arrival(offset_s=i * 0.01) for i in range(30)]
@@ -248,7 +244,7 @@ async def test_round_robin_over_two_executors(emu_repo: Path, executor_process) 
     assert (await _stats(b.url, "fast"))[1] == 15
 
 
-async def test_failures_are_counted_by_status(emu_repo: Path, executor_process) -> None:  # noqa: F811
+async def test_failures_are_counted_by_status(emu_repo: Path, executor_process) -> None:
     proc: ExecutorProcess = executor_process(emu_repo, ["fast"])
     # batch 16 > max_batch_size 8 is refused by build_inputs before anything is sent
     with pytest.raises(loadgen.LoadgenError, match="--batch-size 16 exceeds max_batch_size 8"):
@@ -277,7 +273,7 @@ def _closed_port() -> int:
     return free_port()
 
 
-async def test_stop_event_ends_dispatch_early(emu_repo: Path, executor_process) -> None:  # noqa: F811
+async def test_stop_event_ends_dispatch_early(emu_repo: Path, executor_process) -> None:
     proc: ExecutorProcess = executor_process(emu_repo, ["fast"])
     stop = asyncio.Event()
     schedule = [Arrival(offset_s=i * 0.01) for i in range(1000)]  # 10 s of schedule
@@ -288,7 +284,7 @@ async def test_stop_event_ends_dispatch_early(emu_repo: Path, executor_process) 
     assert report.succeeded == report.sent
 
 
-def test_cli_writes_csv_and_json_summary(tmp_path: Path, emu_repo: Path, executor_process) -> None:  # noqa: F811
+def test_cli_writes_csv_and_json_summary(tmp_path: Path, emu_repo: Path, executor_process) -> None:
     proc: ExecutorProcess = executor_process(emu_repo, ["fast"])
     trace = _write_trace(
         tmp_path / "t.csv", [f"2023-11-16 18:00:00.{i:02d}0,100,10" for i in range(0, 100, 4)]

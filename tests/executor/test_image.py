@@ -22,7 +22,6 @@ import pytest
 torch = pytest.importorskip("torch")  # torch is a declared dependency of the executor extra
 
 from poolpilot.executor import pb_utils  # noqa: E402
-from poolpilot.testing.prometheus import executor_process  # noqa: E402, F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = ROOT / "executor_image"
@@ -317,7 +316,7 @@ def test_cpu_image_command_is_accepted_by_the_executor_cli() -> None:
     assert MetricsSettings.parse(args.metrics_config).summary_latencies
 
 
-def test_cpu_executor_serves_the_image_repository(executor_process, poolnet: ModuleType) -> None:  # noqa: F811
+def test_cpu_executor_serves_the_image_repository(executor_process, poolnet: ModuleType) -> None:
     """The CPU executor runs the very model.py the image ships, answering with PoolNet's outputs."""
     import tritonclient.http as triton_http
 

@@ -18,11 +18,9 @@ import pytest
 import tritonclient.http.aio as triton_aio
 
 from poolpilot import loadgen, loadgen_schedule
-from poolpilot.testing.prometheus import (  # noqa: F401  (fixtures)
+from poolpilot.testing.prometheus import (
     ExecutorProcess,
     PrometheusServer,
-    executor_process,
-    prometheus,
     write_emulated_model,
 )
 
@@ -43,8 +41,8 @@ def _batch_stats_mean(stats: dict[str, object]) -> tuple[float, int, dict[int, i
 
 async def test_rate_ratio_matches_batch_stats(
     tmp_path: Path,
-    executor_process,  # noqa: F811
-    prometheus,  # noqa: F811
+    executor_process,
+    prometheus,
 ) -> None:
     repo = tmp_path / "models"
     # 3 ms + 0.5 ms per item, a 4 ms batching window: at 250 req/s batches of several form.
@@ -80,7 +78,7 @@ async def test_rate_ratio_matches_batch_stats(
     assert await prom.aquery_value(f'sum(nv_inference_count{{model="{MODEL}"}})') == report.succeeded
 
 
-def test_metrics_page_parses_with_prometheus_client(tmp_path: Path, executor_process) -> None:  # noqa: F811
+def test_metrics_page_parses_with_prometheus_client(tmp_path: Path, executor_process) -> None:
     """The page Prometheus scrapes is valid text exposition with Triton's families and labels."""
     import urllib.request
 

@@ -19,11 +19,9 @@ import pytest
 import tritonclient.http.aio as triton_aio
 
 from poolpilot import loadgen, loadgen_schedule
-from poolpilot.testing.prometheus import (  # noqa: F401  (fixtures)
+from poolpilot.testing.prometheus import (
     ExecutorProcess,
     PrometheusServer,
-    executor_process,
-    prometheus,
     write_emulated_model,
 )
 
@@ -49,8 +47,8 @@ async def _reload_five_times(client: triton_aio.InferenceServerClient, applied: 
 
 async def test_five_batching_changes_under_load_fail_no_request_and_counters_keep_counting(
     tmp_path: Path,
-    executor_process,  # noqa: F811
-    prometheus,  # noqa: F811
+    executor_process,
+    prometheus,
 ) -> None:
     repo = tmp_path / "models"
     write_emulated_model(repo, MODEL, latency_ms=(4.0, 0.5), max_batch_size=16, max_queue_delay_us=2000)

@@ -23,11 +23,7 @@ import pytest
 
 from poolpilot import loadgen, loadgen_schedule
 from poolpilot.testing.controlplane import ControlPlane
-from poolpilot.testing.prometheus import (  # noqa: F401  (fixture)
-    ExecutorProcess,
-    executor_process,
-    write_emulated_model,
-)
+from poolpilot.testing.prometheus import ExecutorProcess, write_emulated_model
 
 pytestmark = pytest.mark.cluster
 
@@ -386,7 +382,7 @@ async def test_operator_picks_up_real_signals_once_prometheus_appears(
     operator: Operator,
     tenant: tuple[str, str],
     tmp_path: Path,
-    executor_process: Any,  # noqa: F811
+    executor_process: Any,
     labelled_prometheus: Any,
 ) -> None:
     ns, pool_name = tenant

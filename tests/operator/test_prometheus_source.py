@@ -21,10 +21,9 @@ from poolpilot.backends.metrics import queries
 from poolpilot.backends.metrics.base import PoolKey
 from poolpilot.backends.metrics.prometheus import PrometheusSource
 from poolpilot.settings import PrometheusSettings
-from poolpilot.testing.prometheus import (  # noqa: F401  (fixtures)
+from poolpilot.testing.prometheus import (
     ExecutorProcess,
     PrometheusServer,
-    executor_process,
     write_emulated_model,
 )
 
@@ -36,7 +35,7 @@ SCRAPE_S = 0.5
 
 async def test_signals_of_a_pool_under_load(
     tmp_path: Path,
-    executor_process: Any,  # noqa: F811
+    executor_process: Any,
     labelled_prometheus: Any,
 ) -> None:
     repo = tmp_path / "models"
