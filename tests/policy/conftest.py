@@ -109,6 +109,25 @@ class Plant:
         )
 
 
+def plant_p99_ms(plant: Plant, rate_per_s: float, replicas: int, b: BatchingConfig | None = None) -> float:
+    """The plant's TRUE p99 with `replicas` ready replicas (what the policy is trying to find)."""
+    b = b or batching()
+    p99, *_ = core(
+        plant.a_ms,
+        plant.b_ms,
+        rate_per_s / replicas / 1000.0,
+        b.max_queue_delay_us / 1000.0,
+        b.instance_count,
+        b.max_batch_size,
+        z_score(plant.quantile),
+        1.0 - plant.quantile,
+        1.0,
+        1.0 / replicas,
+        plant.instance_slowdown,
+    )
+    return float(p99 * plant.tail_factor)
+
+
 @dataclass
 class Run:
     decisions: list[tuple[float, Decision, Signals]]
@@ -150,4 +169,5 @@ def kit() -> SimpleNamespace:
         Plant=Plant,
         run_loop=run_loop,
         with_signals=with_signals,
+        plant_p99_ms=plant_p99_ms,
     )

@@ -399,3 +399,84 @@ def test_no_node_release_before_the_stabilisation_window_is_recorded(kit: Simple
             paid_replicas=2 * PER_NODE,
         )
         assert d.replicas == 2 * PER_NODE, d.reasons
+
+
+def _fleet_need(spec: InferencePoolSpec, rate: float) -> int:
+    """What the policy itself recommends for a fresh pool at this demand (no history: no scale-in)."""
+    d = decide(spec, PoolState(replicas=64, batching=None), sig(rate, 100, ready=64), NOW)
+    return int(d.history[-1].replicas)
+
+
+def test_scale_in_within_the_tolerance_waits_and_says_so(kit: SimpleNamespace) -> None:
+    # 30 replicas whose need is 28: removing 2 (< 10 %) is the one-at-a-time creep the tolerance stops.
+    spec = kit.make_spec(replicas={"min": 1, "max": 64}, **ONE_CONFIG)
+    rate = next(r for r in range(2000, 4000, 10) if _fleet_need(spec, r) == 28)
+    d = decide(spec, settled_state(30, kit.batching(0), need=28), sig(rate, 110, ready=30), NOW)
+    assert d.actions == ()
+    assert any(
+        re.match(r"^scale in deferred: 30→\d+ is within the 10% scale-in tolerance", r) for r in d.reasons
+    ), d.reasons
+    # A real share of the fleet is released at once.
+    lower = next(r for r in range(rate, 0, -10) if _fleet_need(spec, r) <= 25)
+    d = decide(spec, settled_state(30, kit.batching(0), need=25), sig(lower, 110, ready=30), NOW)
+    assert d.actions == ("scale",)
+    assert d.replicas <= 27
+
+
+def test_forecast_never_more_than_doubles_the_demand(kit: SimpleNamespace) -> None:
+    # A steep 5-minute ramp (100/s → 1000/s): extrapolated over a 360 s lead it would ask for ~2000/s.
+    spec = kit.make_spec(replicas={"min": 1, "max": 256})
+    history = tuple(
+        HistoryEntry(time_s=NOW - 15 * i, replicas=4, rate_per_s=1000.0 - 45 * i) for i in range(20, 0, -1)
+    )
+    state = replace(settled_state(4, kit.batching(0)), history=history)
+    d = decide(spec, state, sig(1000, 120, ready=4), NOW, node_pool=kit.make_node_pool())
+    assert d.demand_per_s <= 2 * 1000 + 1e-9
+    uncapped = decide(
+        spec,
+        state,
+        sig(1000, 120, ready=4),
+        NOW,
+        node_pool=kit.make_node_pool(),
+        params=PolicyParams(forecast_max_rise_ratio=math.inf),
+    )
+    assert d.node_demand is not None and uncapped.node_demand is not None
+    assert d.node_demand.gpus_ahead < uncapped.node_demand.gpus_ahead
+
+
+def test_additive_correction_keeps_the_straggler_floor_out_of_the_replica_gain(kit: SimpleNamespace) -> None:
+    # Measured p99 (140 ms) well above the model at 8 replicas. Multiplicative: the excess scales with
+    # the model, so adding replicas is credited with removing part of it; additive: the excess stays —
+    # more replicas do not shorten a long request.
+    from poolpilot.policy.model import corrected, estimate
+
+    # Recommend mode: the pool stays at 8 replicas while the policy learns (it would scale out).
+    spec = kit.make_spec(mode="Recommend", replicas={"min": 1, "max": 64}, **ONE_CONFIG)
+    state = settled_state(8, kit.batching(0))
+    gain = {}
+    for mode in ("additive", "multiplicative"):
+        params = PolicyParams(correction_mode=mode)
+        st = state
+        for i in range(30):
+            st = advance(
+                st, decide(spec, st, sig(200, 140, ready=8), NOW + 15 * i, params=params), NOW + 15 * i
+            )
+        m = st.latency_model
+        assert m is not None
+        at = {
+            r: estimate(
+                m,
+                rate_per_s=200 / r,
+                max_queue_delay_us=0,
+                instance_count=1,
+                max_batch_size=64,
+                quantile=0.99,
+                items_per_request=1.0,
+                params=params,
+                replicas=r,
+            ).p99_ms
+            for r in (8, 32)
+        }
+        assert corrected(m, at[8]) == pytest.approx(140, rel=0.02)  # both fit the measurement
+        gain[mode] = corrected(m, at[8]) - corrected(m, at[32])
+    assert gain["multiplicative"] > gain["additive"] > 0

@@ -10,7 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from poolpilot.policy import PolicyParams
-from poolpilot.policy.model import estimate, observe, prior_model, scale_in_correction, with_correction
+from poolpilot.policy.model import (
+    estimate,
+    observe,
+    pessimistic,
+    prior_model,
+    scale_in_correction,
+    with_correction,
+    with_offset,
+)
 
 PARAMS = PolicyParams()
 POISSON = PolicyParams(router="random", instance_slowdown=0.0)
@@ -56,6 +64,34 @@ def test_correction_is_smoothed_clamped_and_remembers_its_peak() -> None:
     assert m.correction < 1.1
     # Scale-in keeps checking with the recent peak, which decays slowly.
     assert scale_in_correction(m) > 2.0
+
+
+def test_the_peak_decay_ends_instead_of_crossing_a_threshold_hours_later() -> None:
+    m = prior_model(PARAMS)
+    for _ in range(50):
+        m = with_correction(m, 2.0, PARAMS, dt_s=15)
+    ticks = 0
+    while m.correction_peak != m.correction:
+        m = with_correction(m, 1.0, PARAMS, dt_s=15)
+        ticks += 1
+        assert ticks < 4 * 3600 / 15, "the peak never met the correction"
+    # From 2x to within the snap: ln(1 / 0.01) time constants of 30 min, about 2.3 h, not forever.
+    assert ticks * 15 < 3 * PARAMS.correction_peak_decay_s * 2
+    assert scale_in_correction(m) == m.correction
+
+
+def test_additive_correction_is_smoothed_clamped_and_remembers_its_peak() -> None:
+    m = prior_model(PARAMS)
+    m = with_offset(m, 140.0, 100.0, PARAMS, dt_s=15, cap_ms=150.0)
+    assert 0 < m.offset_ms < 40  # one tick moves part of the way
+    for _ in range(50):
+        m = with_offset(m, 1000.0, 100.0, PARAMS, dt_s=15, cap_ms=150.0)
+    assert m.offset_ms == pytest.approx(150.0)  # clamped to the cap
+    for _ in range(20):
+        m = with_offset(m, 100.0, 100.0, PARAMS, dt_s=15, cap_ms=150.0)
+    assert m.offset_ms < 1.0
+    assert pessimistic(m).offset_ms > 100.0  # scale-in checks with the recent peak
+    assert m.correction == 1.0
 
 
 def _des_p99(rate_per_s: float, delay_ms: float, k: int, max_batch: int = 64, n: int = 20_000) -> float:

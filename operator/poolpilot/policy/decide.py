@@ -27,9 +27,10 @@ from poolpilot.policy.model import (
     Estimate,
     estimate,
     observe,
+    pessimistic,
     prior_model,
-    scale_in_correction,
     with_correction,
+    with_offset,
 )
 from poolpilot.policy.params import DEFAULT_PARAMS, PolicyParams
 from poolpilot.policy.plan import (
@@ -301,7 +302,11 @@ class _Tick:
         if not (math.isfinite(est.p99_ms) and est.p99_ms > 0):
             return
         ratio = s.p99_ms / est.p99_ms
-        self.model = with_correction(self.model, ratio, p, dt_s=float(self.spec.tick_seconds))
+        dt_s = float(self.spec.tick_seconds)
+        if p.correction_mode == "additive":
+            self.model = with_offset(self.model, s.p99_ms, est.p99_ms, p, dt_s=dt_s, cap_ms=self.target_ms)
+        else:
+            self.model = with_correction(self.model, ratio, p, dt_s=dt_s)
         al = p.straggler_alpha
         sr = math.exp(
             (1 - al) * math.log(self.model.straggler_ratio) + al * math.log(min(max(ratio, 0.1), 10))
@@ -368,7 +373,7 @@ class _Tick:
         slope = _trend_per_s2(state.history, self.now, p.forecast_window_s)
         if slope * p.forecast_window_s < p.forecast_min_rise_ratio * self.lam:
             slope = 0.0
-        lam_plan = self.lam + slope * (p.pod_start_s + spec.tick_seconds)
+        lam_plan = self.forecast(slope, p.pod_start_s + spec.tick_seconds)
         if slope > 0:
             self.reasons.append(f"demand rising: sizing for {lam_plan:.0f}/s ({self.lam:.0f}/s now)")
         prob = self.problem(lam_plan, self.objective_ms)
@@ -451,7 +456,7 @@ class _Tick:
         )
         strict = replace(
             self.problem(lam_plan * (1.0 + p.scale_in_demand_headroom), self.objective_ms),
-            model=replace(self.model, correction=scale_in_correction(self.model)),
+            model=pessimistic(self.model),
         )
         r_strict = fewest_replicas(strict, cur_d, cur_k).replicas
         floor = self.model.floor_replicas
@@ -459,7 +464,13 @@ class _Tick:
             1.0 - p.scale_in_demand_headroom
         )
         stable_target = max(max(window), r_strict, floor if floor_active else 0)
-        scale_in = stable_target < R and not breach and not lost and not forced and covered
+        # Hysteresis (HPA's tolerance, on the way down only): a scale-in must remove a real share of the
+        # fleet. One replica at a time, as the peak correction decays, is a creep that never settles.
+        min_step = max(1, math.ceil(p.scale_in_tolerance * R))
+        within_tolerance = R - min_step < stable_target < R
+        scale_in = (
+            stable_target < R and not within_tolerance and not breach and not lost and not forced and covered
+        )
         emergency = False
         if scale_in:
             d, k = cur_d, cur_k
@@ -519,6 +530,11 @@ class _Tick:
                     )
                 elif forced:
                     self.reasons.append("scale in deferred: batching changes this tick")
+                elif within_tolerance and max(window) < R and r_strict < R:
+                    self.reasons.append(
+                        f"scale in deferred: {R}→{stable_target} is within the "
+                        f"{p.scale_in_tolerance:.0%} scale-in tolerance (at least {min_step} fewer)"
+                    )
                 else:
                     self.reasons.append(
                         f"scale in deferred: stabilisation window (max recommendation "
@@ -534,7 +550,7 @@ class _Tick:
         target = _clamp(target, self.r_lo, self.r_hi)
         # Node demand leads replica demand by the node pool's provisioning time.
         prov_s = float(self.node_pool.provisioning_seconds) if self.node_pool else p.default_provisioning_s
-        lam_ahead = self.lam + slope * (prov_s + p.pod_start_s)
+        lam_ahead = self.forecast(slope, prov_s + p.pod_start_s)
         r_ahead = fewest_replicas(self.problem(lam_ahead, self.objective_ms), d, k).replicas
         r_ahead = _clamp(max(r_ahead, target), self.r_lo, self.r_hi)
         planned = target
@@ -614,7 +630,8 @@ class _Tick:
             )
         self.reasons.append(
             f"model: batch latency {self.model.a_ms:.1f} + {self.model.b_ms:.2f}·batch ms, "
-            f"correction {self.model.correction:.2f}, {self.items:.1f} inferences/request, "
+            f"correction ×{self.model.correction:.2f} {self.model.offset_ms:+.0f} ms, "
+            f"{self.items:.1f} inferences/request, "
             f"{k} instance{'s' if k != 1 else ''}, delay {d} µs, utilisation {util_pred:.2f}"
         )
 
@@ -628,8 +645,11 @@ class _Tick:
                 self.reasons.insert(0, f"Recommend mode: would {' and '.join(actions)}; nothing applied")
             actions = []
 
-        if planned > R and self.ready >= R:
-            # Evidence: R serving replicas were too few at this demand (not: the target was needed).
+        measured_short = _finite(measured) and measured > self.objective_ms
+        if planned > R and self.ready >= R and measured_short:
+            # Evidence: R serving replicas were MEASURED too few at this demand (a prediction that
+            # they would be is not evidence: a fresh model's first guess would pin the pool above
+            # its need for as long as the load stays).
             self.model = replace(self.model, floor_replicas=R + 1, floor_rate_per_s=self.lam)
         elif floor > 0 and not floor_active:
             self.model = replace(self.model, floor_replicas=0, floor_rate_per_s=math.nan)
@@ -696,7 +716,7 @@ class _Tick:
         fewer = paid - per_node
         if can_release and fewer >= self.r_lo and max(planned, r_ahead) > fewer:
             head = 1.0 + self.p.scale_in_demand_headroom
-            peak = replace(self.model, correction=scale_in_correction(self.model))
+            peak = pessimistic(self.model)
             strict = [
                 fewest_replicas(replace(self.problem(lam * head, node_ms), model=peak), d, k)
                 for lam in (lam_plan, lam_ahead)
@@ -715,6 +735,15 @@ class _Tick:
             )
         return max(planned, fill), planned, r_ahead
 
+    def forecast(self, slope_per_s2: float, lead_s: float) -> float:
+        """Demand `lead_s` ahead on the fitted trend, the rise capped at `forecast_max_rise_ratio` of now.
+
+        A 5-minute trend extrapolated over a 6-minute node lead doubles any burst at the start of a
+        ramp; nodes ordered for it are billed while they provision even if the burst is gone.
+        """
+        rise = slope_per_s2 * lead_s
+        return self.lam + min(rise, self.p.forecast_max_rise_ratio * self.lam)
+
     def predict(self, replicas: int, d: int, k: int, lam: float) -> tuple[float, float]:
         if replicas <= 0:
             return math.nan, 0.0
@@ -729,7 +758,7 @@ class _Tick:
             params=self.p,
             replicas=replicas,
         )
-        return est.p99_ms * self.model.correction, est.utilization
+        return est.p99_ms * self.model.correction + self.model.offset_ms, est.utilization
 
     def estimate_running(self, model: LatencyModel) -> Estimate:
         """The model's view of the running configuration at the measured load (ready replicas)."""

@@ -78,12 +78,47 @@ def with_correction(m: LatencyModel, ratio: float, params: PolicyParams, *, dt_s
     c = min(max(c, params.correction_min), params.correction_max)
     peak = m.correction_peak if m.correction_peak > 0 else c
     peak = c + (peak - c) * math.exp(-max(dt_s, 0.0) / params.correction_peak_decay_s)
+    if peak - c <= params.correction_peak_snap * c:
+        # Finish the decay: an exponential never arrives, and a scale-in threshold crossed by its
+        # last 0.1 % hours later is a change on a steady load for no reason anyone could check.
+        peak = c
     return replace(m, correction=c, correction_peak=max(peak, c))
+
+
+def with_offset(
+    m: LatencyModel,
+    measured_ms: float,
+    predicted_ms: float,
+    params: PolicyParams,
+    *,
+    dt_s: float,
+    cap_ms: float,
+) -> LatencyModel:
+    """Blend measured − predicted p99 into the additive correction (EWMA, clamped to ±`cap_ms`)."""
+    diff = min(max(measured_ms - predicted_ms, -cap_ms), cap_ms)
+    al = params.correction_alpha
+    off = (1 - al) * m.offset_ms + al * diff
+    peak = m.offset_peak_ms if math.isfinite(m.offset_peak_ms) else off
+    peak = off + (peak - off) * math.exp(-max(dt_s, 0.0) / params.correction_peak_decay_s)
+    if peak - off <= params.correction_peak_snap * max(predicted_ms, 1.0):
+        peak = off  # finish the decay (see `with_correction`)
+    return replace(m, offset_ms=off, offset_peak_ms=max(peak, off))
 
 
 def scale_in_correction(m: LatencyModel) -> float:
     """The correction scale-in is checked with: the recent peak (conservative)."""
     return max(m.correction, m.correction_peak)
+
+
+def pessimistic(m: LatencyModel) -> LatencyModel:
+    """The model with its recent peak corrections: what scale-in and node release are checked with."""
+    off = max(m.offset_ms, m.offset_peak_ms) if math.isfinite(m.offset_peak_ms) else m.offset_ms
+    return replace(m, correction=scale_in_correction(m), offset_ms=off)
+
+
+def corrected(m: LatencyModel, p99_ms: float) -> float:
+    """A raw model p99 with the pool's corrections applied."""
+    return p99_ms * m.correction + m.offset_ms
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,10 +34,15 @@ class PolicyParams:
 
     # Measured/predicted p99 correction: log-space EWMA weight and clamp.
     correction_alpha: float = 0.3
+    # "additive": measured − predicted p99 is added to every prediction (default; the unmodelled tail is
+    # a straggler floor that more replicas do not remove); "multiplicative": measured / predicted scales it.
+    correction_mode: Literal["additive", "multiplicative"] = "multiplicative"
     correction_min: float = 0.7
     correction_max: float = 3.0
     # Time constant of the decay of the peak correction used for scale-in checks.
     correction_peak_decay_s: float = 1800.0
+    # The peak snaps to the correction once within this share of it (a decay that ends).
+    correction_peak_snap: float = 0.01
     # The model is corrected only when the measurement describes the running config: no scale or
     # batching change for this long and every replica ready (Prometheus windows are ~60 s).
     settle_s: float = 75.0
@@ -53,6 +58,9 @@ class PolicyParams:
 
     # Scale-in must also meet the objective at this much more demand (dead-band against flapping).
     scale_in_demand_headroom: float = 0.10
+    # A scale-in removes at least this share of the replicas (at least one), or waits: HPA's 10 %
+    # tolerance, applied on the way down only (a scale-out protects the objective and is never held).
+    scale_in_tolerance: float = 0.10
     # Nodes come whole: a node is opened (or kept) only to meet target x (1 - margin x this share);
     # the rest of the margin is bought with GPUs on nodes already paid for (see `use_paid_nodes`).
     node_margin_share: float = 0.5
@@ -73,6 +81,8 @@ class PolicyParams:
     # the window is at least this share of the current demand (ripple is not a trend).
     forecast_window_s: float = 300.0
     forecast_min_rise_ratio: float = 0.10
+    # A forecast never adds more than this share of the current demand (see `_Tick.forecast`).
+    forecast_max_rise_ratio: float = 1.0
     # History bound (entries); the window needs stabilisation/tick + a few.
     history_max_entries: int = 256
 

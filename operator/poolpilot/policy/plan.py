@@ -62,7 +62,7 @@ def predict(prob: Problem, replicas: int, delay_us: int, instances: int) -> tupl
         arrival_cv2(prob.params, replicas),
         prob.params.instance_slowdown,
     )
-    return p99 * m.correction, util
+    return p99 * m.correction + m.offset_ms, util
 
 
 def _ok(prob: Problem, replicas: int, delay_us: int, instances: int) -> bool:

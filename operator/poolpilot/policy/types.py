@@ -89,6 +89,12 @@ class LatencyModel:
     # `floor_replicas`; scale-in below it waits until demand drops clearly below that rate.
     floor_replicas: int = 0
     floor_rate_per_s: float = math.nan
+    # Additive correction (ms): measured p99 minus the model's, smoothed. The tail the model does not
+    # see (long-token stragglers, skew) adds to every request's latency, so it is added, not scaled:
+    # scaling it would credit more replicas with removing it. `offset_peak_ms` is its recent peak,
+    # decaying like `correction_peak` (NaN = none yet).
+    offset_ms: float = 0.0
+    offset_peak_ms: float = math.nan
 
 
 @dataclass(frozen=True, slots=True)
