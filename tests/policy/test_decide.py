@@ -281,8 +281,15 @@ def test_node_demand_leads_a_rising_demand(kit: SimpleNamespace) -> None:
     history = tuple(
         HistoryEntry(time_s=NOW - 15 * i, replicas=4, rate_per_s=400.0 - 12 * i) for i in range(20, 0, -1)
     )
+    # Demand rises 0.8/s per s: +60/s over the pod start, +290/s over the node lead (uncapped here;
+    # the cap has its own test below).
     d = decide(
-        spec, replace(state, history=history), sig(400, 120, ready=4), NOW, node_pool=kit.make_node_pool()
+        spec,
+        replace(state, history=history),
+        sig(400, 120, ready=4),
+        NOW,
+        node_pool=kit.make_node_pool(),
+        params=PolicyParams(forecast_max_rise_ratio=math.inf),
     )
     assert d.node_demand is not None
     assert d.node_demand.gpus_ahead > d.node_demand.gpus_now >= d.replicas
@@ -424,10 +431,10 @@ def test_scale_in_within_the_tolerance_waits_and_says_so(kit: SimpleNamespace) -
 
 
 def test_forecast_never_more_than_doubles_the_demand(kit: SimpleNamespace) -> None:
-    # A steep 5-minute ramp (100/s → 1000/s): extrapolated over a 360 s lead it would ask for ~2000/s.
+    # A steep 2-minute ramp (200/s → 1000/s): extrapolated over a 375 s lead it would ask for ~3800/s.
     spec = kit.make_spec(replicas={"min": 1, "max": 256})
     history = tuple(
-        HistoryEntry(time_s=NOW - 15 * i, replicas=4, rate_per_s=1000.0 - 45 * i) for i in range(20, 0, -1)
+        HistoryEntry(time_s=NOW - 15 * i, replicas=4, rate_per_s=1000.0 - 100 * i) for i in range(8, 0, -1)
     )
     state = replace(settled_state(4, kit.batching(0)), history=history)
     d = decide(spec, state, sig(1000, 120, ready=4), NOW, node_pool=kit.make_node_pool())

@@ -312,10 +312,13 @@ class SLOSpec(_Model):
         description="GPU busy fraction (0 < x <= 1) to aim for when the latency objective leaves room.",
     )
     margin_ratio: float = Field(
-        default=0.15,
+        default=0.05,
         ge=0,
         lt=1,
-        description="Headroom kept below the latency target when planning (0.15 = plan for 85% of it).",
+        description=(
+            "Headroom kept below the latency target when planning (0.05 = plan for 95% of it). The "
+            "measured p99 corrects the model every tick; the margin covers what is left (docs/policy.md)."
+        ),
     )
 
 

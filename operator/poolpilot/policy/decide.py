@@ -25,6 +25,7 @@ from dataclasses import replace
 from poolpilot.api.types import GPUNodePoolSpec, InferencePoolSpec, Mode
 from poolpilot.policy.model import (
     Estimate,
+    correction_terms,
     estimate,
     observe,
     pessimistic,
@@ -400,12 +401,15 @@ class _Tick:
             step = min(max(step, self.ready + 1), self.r_hi)
             # Scale out only if the (corrected) model says more replicas lower the p99: a breach at
             # the latency floor (one batch is already too slow) is not a capacity problem.
+            # The probe is at least twice the ready replicas: a batcher that never idles gains little
+            # per replica until the per-replica gap outlasts an execution, then a lot (docs/policy.md).
+            probe = max(step, min(2 * max(self.ready, 1), self.r_hi))
             p_now, _ = self.predict(max(self.ready, 1), cur_d, cur_k, lam_plan)
-            p_more, _ = self.predict(step, cur_d, cur_k, lam_plan)
+            p_more, _ = self.predict(probe, cur_d, cur_k, lam_plan)
             helps = not (math.isfinite(p_now) and p_more > 0.95 * p_now)
             if not helps:
                 self.floor_note = (
-                    f"more replicas would not help (predicted {p_now:.0f} ms now, {p_more:.0f} ms at {step})"
+                    f"more replicas would not help (predicted {p_now:.0f} ms now, {p_more:.0f} ms at {probe})"
                 )
                 r_guard = R
             elif _since(self.now, state.last_scale_up_s) >= p.guard_cooldown_s:
@@ -601,7 +605,7 @@ class _Tick:
                 parts.append(f"cut queue delay {cur_d}→{d} µs")
             if target > R:
                 parts.append(f"scale {R}→{target}")
-            if self.floor_note:
+            if self.floor_note and target <= R:
                 parts.append(self.floor_note)
             action = " and ".join(parts) if parts else "hold (scale-up in progress)"
             self.reasons.insert(0, f"p99 {measured:.0f} ms > {self.target_ms:.0f} ms objective: {action}")
@@ -653,7 +657,20 @@ class _Tick:
             self.model = replace(self.model, floor_replicas=R + 1, floor_rate_per_s=self.lam)
         elif floor > 0 and not floor_active:
             self.model = replace(self.model, floor_replicas=0, floor_rate_per_s=math.nan)
-        history = self.history(need)
+        # A node bought on the forecast alone must be asked for two ticks running: a trend that
+        # flickers across its threshold would otherwise order and cancel a node every other tick.
+        ahead_asked = r_ahead
+        prev = state.history[-1] if state.history else None
+        if (
+            r_ahead > planned
+            and prev is not None
+            and prev.replicas_ahead > 0
+            and self.now - prev.time_s <= 2.5 * spec.tick_seconds
+            and not breach
+            and not lost
+        ):
+            r_ahead = max(planned, min(r_ahead, prev.replicas_ahead))
+        history = self.history(need, ahead_asked)
         return Decision(
             replicas=target,
             batching=new_batching,
@@ -701,6 +718,10 @@ class _Tick:
         per_node = max(1, gpn // gpr)
         # The part of the margin that whole nodes are bought for; the rest is bought with free GPUs.
         node_ms = self.target_ms * (1.0 - self.spec.slo.margin_ratio * self.p.node_margin_share)
+        # Releasing a node is checked against a stricter level than buying one (hysteresis in nodes).
+        release_ms = self.target_ms * (
+            1.0 - self.spec.slo.margin_ratio * max(self.p.node_release_margin_share, self.p.node_margin_share)
+        )
         planned = target
         if max(planned, r_ahead) > paid:
             now_ok = fewest_replicas(self.problem(lam_plan, node_ms), d, k)
@@ -717,13 +738,16 @@ class _Tick:
         if can_release and fewer >= self.r_lo and max(planned, r_ahead) > fewer:
             head = 1.0 + self.p.scale_in_demand_headroom
             peak = pessimistic(self.model)
+            # A released node takes its lead time to come back: the fewer replicas must also have
+            # served the busiest demand seen over that long (minute-to-minute swings outrun 10 %).
+            recent = self.recent_peak_rate(self.node_lead_s())
             strict = [
-                fewest_replicas(replace(self.problem(lam * head, node_ms), model=peak), d, k)
-                for lam in (lam_plan, lam_ahead)
+                fewest_replicas(replace(self.problem(lam * head, release_ms), model=peak), d, k)
+                for lam in (lam_plan, lam_ahead, recent)
             ]
             if all(c.feasible and c.replicas <= fewer for c in strict):
                 self.reasons.append(
-                    f"release a node: {fewer} replicas meet {node_ms:.0f} ms at "
+                    f"release a node: {fewer} replicas meet {release_ms:.0f} ms at "
                     f"{head - 1:.0%} more demand (the objective alone held {max(planned, r_ahead)})"
                 )
                 planned = min(planned, fewer)
@@ -734,6 +758,22 @@ class _Tick:
                 f"fill paid nodes: {fill} replicas on GPUs already paid for (the plan needs {planned})"
             )
         return max(planned, fill), planned, r_ahead
+
+    def node_lead_s(self) -> float:
+        """How long a node asked for now takes to serve: provisioning plus pod start."""
+        prov_s = (
+            float(self.node_pool.provisioning_seconds) if self.node_pool else self.p.default_provisioning_s
+        )
+        return prov_s + self.p.pod_start_s
+
+    def recent_peak_rate(self, window_s: float) -> float:
+        """The busiest demand (inferences/s) recorded within `window_s`, now included."""
+        rates = [
+            e.rate_per_s
+            for e in self.state.history
+            if e.time_s >= self.now - window_s and _finite(e.rate_per_s)
+        ]
+        return max([self.lam, *rates])
 
     def forecast(self, slope_per_s2: float, lead_s: float) -> float:
         """Demand `lead_s` ahead on the fitted trend, the rise capped at `forecast_max_rise_ratio` of now.
@@ -747,6 +787,7 @@ class _Tick:
     def predict(self, replicas: int, d: int, k: int, lam: float) -> tuple[float, float]:
         if replicas <= 0:
             return math.nan, 0.0
+        mult, add = correction_terms(self.model)
         est = estimate(
             self.model,
             rate_per_s=lam / replicas,
@@ -758,7 +799,7 @@ class _Tick:
             params=self.p,
             replicas=replicas,
         )
-        return est.p99_ms * self.model.correction + self.model.offset_ms, est.utilization
+        return est.p99_ms * mult + add, est.utilization
 
     def estimate_running(self, model: LatencyModel) -> Estimate:
         """The model's view of the running configuration at the measured load (ready replicas)."""
@@ -800,11 +841,14 @@ class _Tick:
         self.reasons.append(f"queue timeout {value} µs so one long request cannot stall the queue")
         return value
 
-    def history(self, need: int) -> tuple[HistoryEntry, ...]:
+    def history(self, need: int, replicas_ahead: int) -> tuple[HistoryEntry, ...]:
         p, spec = self.p, self.spec
         keep_s = (
-            max(spec.replicas.scale_down_stabilization_seconds, p.forecast_window_s) + 4 * spec.tick_seconds
+            max(spec.replicas.scale_down_stabilization_seconds, p.forecast_window_s, self.node_lead_s())
+            + 4 * spec.tick_seconds
         )
         kept = [e for e in self.state.history if e.time_s >= self.now - keep_s and e.time_s < self.now]
-        kept.append(HistoryEntry(time_s=self.now, replicas=need, rate_per_s=self.lam))
+        kept.append(
+            HistoryEntry(time_s=self.now, replicas=need, rate_per_s=self.lam, replicas_ahead=replicas_ahead)
+        )
         return tuple(kept[-p.history_max_entries :])

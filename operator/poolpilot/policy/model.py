@@ -117,8 +117,13 @@ def pessimistic(m: LatencyModel) -> LatencyModel:
 
 
 def corrected(m: LatencyModel, p99_ms: float) -> float:
-    """A raw model p99 with the pool's corrections applied."""
+    """A raw model p99 with the pool's multiplicative/additive corrections applied."""
     return p99_ms * m.correction + m.offset_ms
+
+
+def correction_terms(m: LatencyModel) -> tuple[float, float]:
+    """(p99 multiplier, p99 offset ms): a raw model p99 corrects to raw · multiplier + offset."""
+    return m.correction, m.offset_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,8 +199,67 @@ def estimate(
             items_per_request,
             arrival_cv2(params, replicas),
             params.instance_slowdown,
+            params.wait_model == "renewal",
         )
     )
+
+
+_ERLANG_Q: dict[tuple[int, float], float] = {}
+
+
+def erlang_quantile(shape: int, p: float) -> float:
+    """p-quantile of an Erlang(shape) variable of MEAN 1 (cached: the search asks for few shapes).
+
+    Exact CDF, 1 − e^(−x) Σ_{n<shape} x^n/n! with x in rate units, inverted by bisection.
+    """
+    key = (shape, p)
+    got = _ERLANG_Q.get(key)
+    if got is not None:
+        return got
+
+    def cdf(x: float) -> float:
+        term, total = 1.0, 1.0
+        for n in range(1, shape):
+            term *= x / n
+            total += term
+        return 1.0 - math.exp(-x) * total
+
+    lo, hi = 0.0, float(shape)
+    while cdf(hi) < p:
+        hi *= 2.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if cdf(mid) < p:
+            lo = mid
+        else:
+            hi = mid
+    got = 0.5 * (lo + hi) / shape
+    _ERLANG_Q[key] = got
+    return got
+
+
+def _wait_one_instance(
+    a: float, b: float, lam: float, lat: float, items: float, d_ms: float, tail_q: float, arrival_cv2: float
+) -> float:
+    """Wait quantile of one instance fed by renewal arrivals (interarrival CV² = `arrival_cv2`).
+
+    Busy (one request's execution outlasts the mean gap, λ·L₁ ≥ 1): the instance never idles and an
+    arrival waits out the running batch, up to its whole length (or the queue delay, if longer).
+    Otherwise a request that comes X after the previous one finds the instance busy for L − X more
+    (with a queue delay D: the previous batch left at D and runs until D + L, so a request arriving
+    at X ≥ D waits D + L − X; one arriving before D rides along). Its quantile uses the low quantile of
+    X ~ Erlang(1/CV²) scaled to the mean gap 1/λ: Poisson (random routing) is shape 1; round robin
+    over r replicas is shape r, nearly regular — a fleet whose per-replica gap is longer than one
+    execution barely queues, and its p99 is ~L, not ~2·L. Checked against the simulator's batcher in
+    tests/policy/test_model.py.
+    """
+    if lam * (a + b * items) >= 1.0:
+        return max(lat * (1.0 - tail_q), d_ms)
+    shape = max(1, min(1024, round(1.0 / max(arrival_cv2, 1e-3))))
+    gap_q = erlang_quantile(shape, tail_q) / lam
+    if d_ms <= 0:
+        return max(0.0, lat - gap_q)
+    return d_ms + max(0.0, lat - max(gap_q, d_ms))
 
 
 def arrival_cv2(params: PolicyParams, replicas: int) -> float:
@@ -217,6 +281,7 @@ def core(
     items: float,
     arrival_cv2: float = 1.0,
     interference: float = 0.0,
+    renewal: bool = True,
 ) -> tuple[float, float, float, float, float, float]:
     """`estimate` on plain numbers (hot path): (p99, batch, latency, wait, utilisation, slowdown).
 
@@ -245,11 +310,14 @@ def core(
     lat = a + b * batch
     # Probability an arriving batch finds every instance busy; M/M/k overstates it for the nearly
     # deterministic service of k >= 2 instances (checked against a discrete-event batcher).
-    offered = lam * lat / batch
-    p_wait = min(offered, 0.999) if k == 1 else _erlang_c(k, min(offered, k * 0.999)) * min(1.0, 0.25 * k)
-    p_wait *= arrival_cv2
-    wait = lat * (1.0 - (tail_q / p_wait) ** (1.0 / k)) if p_wait > tail_q else 0.0
-    if batch_delay >= batch_busy and d_ms > 0:
+    if k == 1 and renewal:
+        wait = _wait_one_instance(a, b, lam, lat, items, d_ms, tail_q, arrival_cv2)
+    else:
+        offered = lam * lat / batch
+        p_wait = min(offered, 0.999) if k == 1 else _erlang_c(k, min(offered, k * 0.999)) * min(1.0, 0.25 * k)
+        p_wait *= arrival_cv2
+        wait = lat * (1.0 - (tail_q / p_wait) ** (1.0 / k)) if p_wait > tail_q else 0.0
+    if batch_delay >= batch_busy and d_ms > 0 and not (k == 1 and renewal):
         # Delay-bound: batches leave every D + 1/λ; instance j frees L after its dispatch, so a
         # request waits for an instance only when L exceeds k such intervals.
         if wait < d_ms:

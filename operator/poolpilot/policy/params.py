@@ -31,12 +31,16 @@ class PolicyParams:
     # How requests reach replicas: "round_robin" (Envoy/Gateway default, IPVS rr; each replica sees
     # smoothed arrivals) or "random" (kube-proxy iptables: each replica sees Poisson arrivals).
     router: Literal["round_robin", "random"] = "round_robin"
+    # How a single instance's queue wait is estimated: "renewal" (the wait behind the previous
+    # request's execution, from the interarrival law the router gives; see model._wait_one_instance)
+    # or "erlang" (the earlier M/M/1-style busy probability scaled by the arrivals' CV²).
+    wait_model: Literal["renewal", "erlang"] = "renewal"
 
     # Measured/predicted p99 correction: log-space EWMA weight and clamp.
     correction_alpha: float = 0.3
     # "additive": measured − predicted p99 is added to every prediction (default; the unmodelled tail is
     # a straggler floor that more replicas do not remove); "multiplicative": measured / predicted scales it.
-    correction_mode: Literal["additive", "multiplicative"] = "multiplicative"
+    correction_mode: Literal["additive", "multiplicative"] = "additive"
     correction_min: float = 0.7
     correction_max: float = 3.0
     # Time constant of the decay of the peak correction used for scale-in checks.
@@ -64,6 +68,9 @@ class PolicyParams:
     # Nodes come whole: a node is opened (or kept) only to meet target x (1 - margin x this share);
     # the rest of the margin is bought with GPUs on nodes already paid for (see `use_paid_nodes`).
     node_margin_share: float = 0.5
+    # ... and a node is released only when one node fewer meets target x (1 - margin x this share)
+    # (at least `node_margin_share`), at 10 % more demand with the peak correction.
+    node_release_margin_share: float = 0.5
     # The feedback guard scales out at most this factor per tick, and waits this long after a
     # scale-up before scaling out again on the (lagging) measured p99.
     guard_max_step_ratio: float = 2.0
@@ -82,7 +89,7 @@ class PolicyParams:
     forecast_window_s: float = 300.0
     forecast_min_rise_ratio: float = 0.10
     # A forecast never adds more than this share of the current demand (see `_Tick.forecast`).
-    forecast_max_rise_ratio: float = 1.0
+    forecast_max_rise_ratio: float = 0.25
     # History bound (entries); the window needs stabilisation/tick + a few.
     history_max_entries: int = 256
 

@@ -59,6 +59,8 @@ class HistoryEntry:
     time_s: float
     replicas: int
     rate_per_s: float = math.nan
+    # Replicas the node pool was asked to hold ahead of demand at that tick (0 = not recorded).
+    replicas_ahead: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,6 +83,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, metavar="N")
     parser.add_argument("--slo-ms", type=_positive_float("--slo-ms"), default=150.0)
     parser.add_argument(
+        "--margin-ratio", type=float, default=0.05,
+        help="the pool's spec.slo.marginRatio: PoolPilot plans for slo-ms x (1 - it)",
+    )  # fmt: skip
+    parser.add_argument(
         "--batch-latency-ms", type=parse_batch_latency, default=(50.0, 2.19), metavar="A,B",
         help="GPU batch latency = A + B·batch ms (default 50,2.19)",
     )  # fmt: skip
@@ -142,6 +146,7 @@ def build_params(args: argparse.Namespace) -> SimParams:
     a_ms, b_ms = args.batch_latency_ms
     return SimParams(
         slo_ms=args.slo_ms,
+        margin_ratio=args.margin_ratio,
         batch_latency_a_ms=a_ms,
         batch_latency_b_ms=b_ms,
         token_mode=args.token_mode,

@@ -43,6 +43,7 @@ def pool_spec(params: SimParams, *, mode: Mode = Mode.AUTO) -> InferencePoolSpec
             latency_quantile=params.latency_quantile,
             latency_target_ms=params.slo_ms,
             target_gpu_utilization=params.target_gpu_utilization,
+            margin_ratio=params.margin_ratio,
         ),
         replicas=ReplicaSpec(min=params.min_replicas, max=params.max_replicas),
         node_pool=NodePoolRef(name=NODE_POOL_NAME, gpus_per_replica=params.gpus_per_replica),

@@ -27,6 +27,8 @@ class SimParams:
 
     slo_ms: float = 150.0
     latency_quantile: float = 0.99
+    # InferencePool spec.slo.marginRatio of the simulated pool (PoolPilot plans for target x (1 - it)).
+    margin_ratio: float = 0.05
     batch_latency_a_ms: float = 50.0
     batch_latency_b_ms: float = 2.19
     token_mode: TokenMode = "max"
@@ -78,6 +80,8 @@ class SimParams:
             v = getattr(self, name)
             if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"{name} must be a number >= 0, got {v!r}")
+        if not 0 <= self.margin_ratio < 1:
+            raise ValueError(f"margin_ratio must be in [0, 1), got {self.margin_ratio}")
         if not 0 < self.latency_quantile < 1:
             raise ValueError(f"latency_quantile must be in (0, 1), got {self.latency_quantile}")
         if self.token_mode not in ("max", "sum", "none"):
