@@ -55,16 +55,16 @@ def main() -> int:
         moves = sum(1 for _, d, _ in run.decisions if d.actions)
         _, last, sig = run.decisions[-1]
         objective_ms = spec.slo.latency_target_ms * (1 - spec.slo.margin_ratio)
-        need = next(
-            (r for r in range(1, 65) if cf.plant_p99_ms(plant, rate * 1.03, r) <= objective_ms),  # type: ignore[attr-defined]
-            64,
-        )
-        ok = (
-            not late
-            and moves <= 12
-            and sig.p99_ms <= spec.slo.latency_target_ms
-            and last.replicas <= math.ceil(1.25 * need) + 1
-        )
+        need = cf.plant_true_need(plant, rate * 1.03, objective_ms)  # type: ignore[attr-defined]
+        if need is None:  # unreachable within replicas.max: the policy must say so
+            ok = not late and moves <= 12 and any("objective unreachable" in r for r in last.reasons)
+        else:
+            ok = (
+                not late
+                and moves <= 12
+                and sig.p99_ms <= spec.slo.latency_target_ms
+                and last.replicas <= math.ceil(1.25 * need) + 1
+            )
         if not ok:
             bad += 1
             print(

@@ -128,6 +128,25 @@ def plant_p99_ms(plant: Plant, rate_per_s: float, replicas: int, b: BatchingConf
     return float(p99 * plant.tail_factor)
 
 
+def plant_true_need(
+    plant: Plant, rate_per_s: float, objective_ms: float, max_replicas: int = 64
+) -> int | None:
+    """Fewest replicas whose TRUE p99 meets the objective with the best default-bounds batching, or None.
+
+    Searched over the queue delays of the policy's grid (the default spec allows 0-50 ms) and 1-2
+    instances: what an oracle that knew the plant would pick.
+    """
+    best: int | None = None
+    for delay_us in (0, 1_000, 2_000, 5_000, 10_000, 20_000, 35_000, 50_000):
+        for k in (1, 2):
+            b = batching(delay_us, k)
+            for r in range(1, (best or max_replicas + 1)):
+                if plant_p99_ms(plant, rate_per_s, r, b) <= objective_ms:
+                    best = r
+                    break
+    return best
+
+
 @dataclass
 class Run:
     decisions: list[tuple[float, Decision, Signals]]
@@ -170,4 +189,5 @@ def kit() -> SimpleNamespace:
         run_loop=run_loop,
         with_signals=with_signals,
         plant_p99_ms=plant_p99_ms,
+        plant_true_need=plant_true_need,
     )

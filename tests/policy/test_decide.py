@@ -487,3 +487,25 @@ def test_additive_correction_keeps_the_straggler_floor_out_of_the_replica_gain(k
         assert corrected(m, at[8]) == pytest.approx(140, rel=0.02)  # both fit the measurement
         gain[mode] = corrected(m, at[8]) - corrected(m, at[32])
     assert gain["multiplicative"] > gain["additive"] > 0
+
+
+def test_a_setting_that_missed_right_after_adoption_is_not_proposed_again(kit: SimpleNamespace) -> None:
+    # 2 instances were adopted 5 minutes ago for a saving; the measured p99 now misses the objective.
+    spec = kit.make_spec(replicas={"min": 1, "max": 64})
+    state = settled_state(20, kit.batching(0, 2), last_batching_change_s=NOW - 300)
+    d = decide(spec, state, sig(700, 149, ready=20), NOW)
+    assert any(r.startswith("batching 0 µs / 2 instances missed the objective") for r in d.reasons), d.reasons
+    assert d.latency_model is not None
+    assert (d.latency_model.tabu_delay_us, d.latency_model.tabu_instances) == (0, 2)
+    assert d.latency_model.tabu_until_s == pytest.approx(NOW + PolicyParams().tabu_s)
+    # Back on one instance, an hour later, with the model again saying 2 instances would save replicas:
+    # the setting stays out of the search until the tabu expires.
+    later = replace(
+        settled_state(20, kit.batching(0, 1)), latency_model=d.latency_model, last_batching_change_s=NOW
+    )
+    d2 = decide(spec, later, sig(700, 90, ready=20), NOW + 3600)
+    assert d2.batching.instance_count == 1
+    # Not before it was adopted and measured: a change 30 s ago is not judged yet (the p99 window lags).
+    fresh = settled_state(20, kit.batching(0, 2), last_batching_change_s=NOW - 30)
+    d3 = decide(spec, fresh, sig(700, 149, ready=20), NOW)
+    assert d3.latency_model is not None and d3.latency_model.tabu_instances == 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from poolpilot.api.types import Mode
@@ -209,6 +209,13 @@ def test_more_load_never_fewer_replicas(kit: SimpleNamespace, data: st.DataObjec
 
 
 @SLOW
+# Counterexamples found before (each exposed a defect that is fixed; kept as explicit regressions):
+# a peak correction whose decay never ended (late 9→8); a first-guess floor pinning 5 replicas where 2
+# do; an infeasible delay kept over a feasible one at more replicas; an hourly 1↔2-instance cycle.
+@example(rate=180.0, tail_factor=0.954502824896525, a_ms=64.78453646882514, b_ms=2.1240197053778154, start=12)
+@example(rate=20.0, tail_factor=0.8655750364446099, a_ms=69.12696007440107, b_ms=2.28995193844157, start=4)
+@example(rate=702.8571524070695, tail_factor=1.1658902124081525, a_ms=69.0, b_ms=1.7422576506964074, start=12)
+@example(rate=2521.0, tail_factor=0.9, a_ms=66.3, b_ms=2.84, start=10)
 @given(
     rate=st.floats(20, 3_000),
     tail_factor=st.floats(0.85, 1.3),
@@ -234,10 +241,16 @@ def test_steady_load_converges_then_holds_for_an_hour(
     assert changes == [], changes[:3]
     assert sum(1 for _, d, _ in run.decisions if d.actions) <= 12
     # Converged to a point that meets the objective, and not far above what the plant truly needs:
-    # the fewest replicas whose TRUE p99 meets target x (1 - margin) at the ripple's peak, plus the
+    # the fewest replicas whose TRUE p99 meets target x (1 - margin) at the ripple's peak with the best
+    # batching the spec allows, plus the
     # policy's own hysteresis (10 % more demand for scale-in, a 10 % scale-in tolerance).
     _, last, sig = run.decisions[-1]
-    assert sig.p99_ms <= spec.slo.latency_target_ms, last.reasons
     objective_ms = spec.slo.latency_target_ms * (1 - spec.slo.margin_ratio)
-    true_need = next((r for r in range(1, 65) if kit.plant_p99_ms(plant, rate * 1.03, r) <= objective_ms), 64)
+    true_need = kit.plant_true_need(plant, rate * 1.03, objective_ms)
+    if true_need is None:
+        # No fleet within replicas.max meets the objective (this plant's batcher never idles below
+        # 64 replicas): the policy must say so rather than pretend.
+        assert any("objective unreachable" in r for r in last.reasons), last.reasons
+        return
+    assert sig.p99_ms <= spec.slo.latency_target_ms, last.reasons
     assert last.replicas <= math.ceil(1.25 * true_need) + 1, (true_need, last.reasons)

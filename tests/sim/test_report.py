@@ -139,16 +139,26 @@ def test_quick_bench_writes_json_and_markdown_with_every_policy(tmp_path: Path) 
     doc = json.loads(out_json.read_text())
     (sc,) = doc["scenarios"]
     assert sc["name"] == "flash"
-    assert set(sc["results"]) == {"poolpilot", "static", "hpa", "keda", "kpa", "aimd", "oracle"}
+    assert set(sc["results"]) == {
+        "poolpilot", "static", "hpa", "keda", "kpa", "aimd", "oracle", "hindsight-static"
+    }  # fmt: skip
     assert sc["oracle_peak_replicas"] == sc["results"]["oracle"]["peak_replicas"]
     pp = sc["results"]["poolpilot"]
     first = sc["goals"][0]
     assert first["passed"] == (pp["slo_attainment_windows"] >= 0.99)
     assert doc["speed"]["engine_requests"] == sum(
-        r["requests"] for n, r in sc["results"].items() if n != "oracle"
+        r["requests"] for n, r in sc["results"].items() if n not in ("oracle", "hindsight-static")
     )
+    hs = sc["hindsight_static"]
+    assert hs["replicas"] == sc["results"]["hindsight-static"]["peak_replicas"] and hs["evaluations"] >= 1
+    assert sc["poolpilot_gpu_hours_over_hindsight_static"] == pytest.approx(
+        pp["gpu_hours"] / sc["results"]["hindsight-static"]["gpu_hours"]
+    )
+    assert "hindsight-static" in sc["poolpilot_ratios"]
+    assert all("hindsight" not in g["detail"] for g in sc["goals"])  # a reference, not a baseline
     md = out_md.read_text()
     assert "## flash" in md and "| poolpilot |" in md and "Simulator speed" in md
+    assert "| hindsight-static |" in md
 
 
 def test_bench_rejects_bad_input_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -35,6 +35,7 @@ from poolpilot.policy.model import (
 )
 from poolpilot.policy.params import DEFAULT_PARAMS, PolicyParams
 from poolpilot.policy.plan import (
+    Candidate,
     Problem,
     cheapest,
     delay_candidates,
@@ -384,7 +385,8 @@ class _Tick:
         delays = delay_candidates(self.d_lo, self.d_hi, cur_d, p.delay_grid_us)
         insts = instance_candidates(self.k_lo, self.k_hi, p.max_instance_candidates)
         cand_cur = fewest_replicas(prob, cur_d, cur_k)
-        cand_best = cheapest(prob, delays, insts, (cur_d, cur_k))
+        exclude = self.tabu(cand_cur, cur_d, cur_k)
+        cand_best = cheapest(prob, delays, insts, (cur_d, cur_k), exclude=exclude)
 
         # Feedback guard: a measured breach acts now, in proportion to it.
         measured = sig.p99_ms
@@ -497,12 +499,24 @@ class _Tick:
                 better = False
                 if cand_best.replicas < min(R, r_strict):
                     best_strict = cheapest(strict, delays, insts, (cur_d, cur_k))
-                    better = best_strict.feasible and best_strict.replicas < min(R, r_strict)
+                    # ... and the saving must be one the scale-in tolerance lets through: a reload that
+                    # buys replicas the pool will not release only moves it along the cliff.
+                    better = (
+                        best_strict.feasible
+                        and best_strict.replicas < min(R, r_strict)
+                        and R - best_strict.replicas >= min_step
+                    )
             else:
-                better = cand_best.replicas < cand_cur.replicas or (
-                    not cand_cur.feasible
-                    and not cand_best.feasible
-                    and cand_best.p99_ms < 0.9 * cand_cur.p99_ms
+                # An infeasible running setting is left for a feasible one even at more replicas: the
+                # running setting's "fewest" is then only where its p99 stops improving.
+                better = (
+                    (cand_best.feasible and not cand_cur.feasible)
+                    or (cand_best.feasible and cand_best.replicas < cand_cur.replicas)
+                    or (
+                        not cand_cur.feasible
+                        and not cand_best.feasible
+                        and cand_best.p99_ms < 0.9 * cand_cur.p99_ms
+                    )
                 )
             if better and (change_allowed or forced):
                 chosen = cand_best
@@ -523,6 +537,17 @@ class _Tick:
                 if cut < d:
                     d, emergency = cut, cut < cur_d
             raw = max(chosen.replicas, r_guard)
+            if raw > R and r_guard <= R and not lost and self.ready >= R and (d, k) == (cur_d, cur_k):
+                # A scale-out for the utilisation cap alone (the p99 meets the objective) waits until
+                # the cap is exceeded by the tolerance: the cap is an extrapolation to full batches.
+                p_now, u_now = self.predict(R, d, k, lam_plan)
+                cap = self.spec.slo.target_gpu_utilization
+                if p_now <= self.objective_ms and u_now <= cap * (1.0 + p.scale_in_tolerance):
+                    self.reasons.append(
+                        f"scale out deferred: capacity utilisation {u_now:.2f} is within "
+                        f"{p.scale_in_tolerance:.0%} of the {cap:.2f} target and p99 meets the objective"
+                    )
+                    raw = R
             target = max(R, raw)
             if raw < R:
                 if lost or breach:
@@ -758,6 +783,29 @@ class _Tick:
                 f"fill paid nodes: {fill} replicas on GPUs already paid for (the plan needs {planned})"
             )
         return max(planned, fill), planned, r_ahead
+
+    def tabu(self, cand_cur: Candidate, cur_d: int, cur_k: int) -> tuple[tuple[int, int], ...]:
+        """Settings not to propose now; records the running one when it failed soon after adoption."""
+        m, p, state = self.model, self.p, self.state
+        since = _since(self.now, state.last_batching_change_s)
+        measured = self.sig.p99_ms
+        missed = not cand_cur.feasible or (_finite(measured) and measured > self.objective_ms)
+        if (
+            state.batching is not None
+            and p.settle_s <= since <= p.tabu_after_change_s  # the p99 window describes this setting
+            and missed
+            and self.ready >= state.replicas
+        ):
+            if (m.tabu_delay_us, m.tabu_instances) != (cur_d, cur_k):
+                self.reasons.append(
+                    f"batching {cur_d} µs / {cur_k} instance{'s' if cur_k != 1 else ''} missed the objective "
+                    f"{since:.0f} s after it was adopted: not proposed again for {p.tabu_s / 3600:.0f} h"
+                )
+            m = replace(m, tabu_delay_us=cur_d, tabu_instances=cur_k, tabu_until_s=self.now + p.tabu_s)
+            self.model = m
+        if _finite(m.tabu_until_s) and self.now < m.tabu_until_s:
+            return ((m.tabu_delay_us, m.tabu_instances),)
+        return ()
 
     def node_lead_s(self) -> float:
         """How long a node asked for now takes to serve: provisioning plus pod start."""

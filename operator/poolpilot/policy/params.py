@@ -90,6 +90,10 @@ class PolicyParams:
     forecast_min_rise_ratio: float = 0.10
     # A forecast never adds more than this share of the current demand (see `_Tick.forecast`).
     forecast_max_rise_ratio: float = 0.25
+    # A batching setting that misses the objective within `tabu_after_change_s` of being adopted is
+    # not proposed again for `tabu_s` (its prediction was wrong; trying it every hour is a limit cycle).
+    tabu_after_change_s: float = 900.0
+    tabu_s: float = 6 * 3600.0
     # History bound (entries); the window needs stabilisation/tick + a few.
     history_max_entries: int = 256
 

@@ -122,13 +122,19 @@ def instance_candidates(lo: int, hi: int, limit: int) -> list[int]:
 
 
 def cheapest(
-    prob: Problem, delays_us: Sequence[int], instances: Sequence[int], current: tuple[int, int] | None
+    prob: Problem,
+    delays_us: Sequence[int],
+    instances: Sequence[int],
+    current: tuple[int, int] | None,
+    *,
+    exclude: tuple[tuple[int, int], ...] = (),
 ) -> Candidate:
     """Fewest replicas over all candidates; ties: the running (delay, instances), then lowest p99.
 
     When nothing is feasible within replicas.max, the lowest predicted p99 at replicas.max wins.
+    `exclude`: (delay, instances) settings not to propose (the running one is always evaluated).
     """
-    order = [(d, k) for k in instances for d in delays_us]
+    order = [(d, k) for k in instances for d in delays_us if (d, k) == current or (d, k) not in exclude]
     if current is not None and current in order:
         order.remove(current)
         order.insert(0, current)

@@ -97,6 +97,11 @@ class LatencyModel:
     # decaying like `correction_peak` (NaN = none yet).
     offset_ms: float = 0.0
     offset_peak_ms: float = math.nan
+    # A batching setting (delay µs, instances) adopted for a saving that then missed the objective is
+    # not proposed again before `tabu_until_s` (the model was wrong about it; see docs/policy.md).
+    tabu_delay_us: int = -1
+    tabu_instances: int = 0
+    tabu_until_s: float = math.nan
 
 
 @dataclass(frozen=True, slots=True)

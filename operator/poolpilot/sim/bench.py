@@ -1,4 +1,4 @@
-"""`poolpilot bench`: PoolPilot against HPA, KEDA, Knative KPA, AIMD, a static fleet and the oracle.
+"""`poolpilot bench`: PoolPilot against HPA, KEDA, Knative KPA, AIMD, a static fleet and two references.
 
     poolpilot bench [--quick] [--json OUT] [--markdown OUT] [--scenario NAME ...] [--report-dir DIR]
 
@@ -14,9 +14,18 @@ as ratios to each baseline and to the oracle, and checks the issue's goals, PASS
 3. it uses fewer GPU-hours than every baseline that reaches 99 % window attainment;
 4. its attainment is higher than that of every baseline that uses fewer GPU-hours.
 
-(3) and (4) pass trivially when no baseline is in their set; the output says so. The simulator's speed is
+(3) and (4) pass trivially when no baseline is in their set; the output says so.
+
+Two references run too, and neither is a baseline (they never enter goals 3 and 4): the `oracle`, the
+per-minute lower bound of goal 2, and `hindsight-static` (`poolpilot.sim.hindsight`), the cheapest FIXED
+fleet (one replica count, one batching setting) that meets ≥ 99 % of 1-minute windows, chosen knowing the
+whole trace. Each scenario table shows both; the ratios include "PoolPilot GPU-h ÷ hindsight-static",
+which says what PoolPilot's adaptivity buys (< 1) or costs (> 1) against a fleet sized right once.
+
+The simulator's speed is
 measured, not assumed: simulated requests per wall-clock second summed over every engine run (the
-oracle's many small runs are reported apart), single process, one core.
+oracle's many small runs and the hindsight search's full-trace runs are reported apart), single process,
+one core.
 
 `--quick` cuts every scenario to its first 300 s (synthetic loads are generated over 300 s), for tests.
 """
@@ -33,9 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from poolpilot.sim.hindsight import best_fixed_fleet
 from poolpilot.sim.params import SimParams
-from poolpilot.sim.registry import BASELINE_NAMES, ORACLE, run_policy
-from poolpilot.sim.run import Result
+from poolpilot.sim.registry import BASELINE_NAMES, HINDSIGHT, ORACLE, run_policy
+from poolpilot.sim.run import Result, prepare_params
 from poolpilot.sim.traces import (
     DEFAULT_TRACE,
     SYNTHETIC_KINDS,
@@ -214,7 +224,7 @@ def scenario_table(outcome: ScenarioOutcome) -> str:
 
 
 def _speed(outcomes: Sequence[ScenarioOutcome]) -> dict[str, float]:
-    eng_req = eng_wall = eng_cpu = or_req = or_wall = 0.0
+    eng_req = eng_wall = eng_cpu = or_req = or_wall = hs_req = hs_wall = 0.0
     best = 0.0
     for o in outcomes:
         for name, r in o.results.items():
@@ -224,6 +234,9 @@ def _speed(outcomes: Sequence[ScenarioOutcome]) -> dict[str, float]:
                 sim = float(r.decisions[0].get("simulated_requests", 0)) if r.decisions else 0.0
                 or_req += sim
                 or_wall += r.wall_s
+            elif name == HINDSIGHT:
+                hs_req += float(r.decisions[0].get("simulated_requests", 0)) if r.decisions else 0.0
+                hs_wall += r.wall_s
             else:
                 eng_req += r.requests
                 eng_wall += r.wall_s
@@ -239,6 +252,9 @@ def _speed(outcomes: Sequence[ScenarioOutcome]) -> dict[str, float]:
         "oracle_simulated_requests": or_req,
         "oracle_wall_s": or_wall,
         "oracle_requests_per_s": or_req / or_wall if or_wall > 0 else math.nan,
+        "hindsight_simulated_requests": hs_req,
+        "hindsight_wall_s": hs_wall,
+        "hindsight_requests_per_s": hs_req / hs_wall if hs_wall > 0 else math.nan,
     }
 
 
@@ -281,7 +297,8 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"poolpilot bench: error: {exc}", file=sys.stderr)
         return 2
-    policies = [POOLPILOT, *BASELINE_NAMES, ORACLE]
+    policies = [POOLPILOT, *BASELINE_NAMES, ORACLE, HINDSIGHT]
+    width = max(len(n) for n in policies)
     t0 = time.perf_counter()
     outcomes: list[ScenarioOutcome] = []
     for sc in chosen:
@@ -296,11 +313,14 @@ def main(args: argparse.Namespace) -> int:
         cpu: dict[str, float] = {}
         for name in policies:
             c0 = time.process_time()
-            r = run_policy(name, trace, params)
+            if name == HINDSIGHT:
+                r = best_fixed_fleet(trace, prepare_params(trace, params), window_goal=WINDOW_GOAL)
+            else:
+                r = run_policy(name, trace, params)
             cpu[name] = time.process_time() - c0
             results[name] = r
             _print(
-                f"   {name:9s} windows {r.slo_attainment_windows:7.2%}  GPU-h {r.gpu_hours:7.2f}  "
+                f"   {name:{width}s} windows {r.slo_attainment_windows:7.2%}  GPU-h {r.gpu_hours:7.2f}  "
                 f"p99 {r.p99_ms:7.1f} ms  peak {r.peak_replicas:3d}  ({r.wall_s:.1f} s)"
             )
         peak = results[ORACLE].peak_replicas
@@ -310,6 +330,9 @@ def main(args: argparse.Namespace) -> int:
         outcome.goals = check_goals(results)
         outcomes.append(outcome)
         _print(f"   oracle peak need: {peak} replicas ({'within' if in_range else 'OUTSIDE'} {lo}–{hi})")
+        hs_line = hindsight_text(outcome)
+        if hs_line:
+            _print(f"   {hs_line}")
         _print(_ratios_text(outcome))
         for g in outcome.goals:
             _print(f"   [{'PASS' if g.passed else 'FAIL'}] {g.name}: {g.detail}")
@@ -327,7 +350,9 @@ def main(args: argparse.Namespace) -> int:
     _print("== summary")
     for o in outcomes:
         marks = " ".join("PASS" if g.passed else "FAIL" for g in o.goals)
-        _print(f"   {o.name:12s} oracle peak {o.oracle_peak_replicas:3d}  goals: {marks}")
+        hs = hindsight_gpu_ratio(o.results)
+        hs_text = f"  PoolPilot GPU-h ÷ hindsight-static {hs:.2f}" if hs is not None else ""
+        _print(f"   {o.name:12s} oracle peak {o.oracle_peak_replicas:3d}  goals: {marks}{hs_text}")
     _print(
         f"   simulator speed: {speed['engine_requests_per_s']:,.0f} simulated requests per wall-clock s "
         f"({speed['engine_requests']:,.0f} requests in {speed['engine_wall_s']:.1f} s of engine runs; "
@@ -339,6 +364,12 @@ def main(args: argparse.Namespace) -> int:
         f"oracle evaluations {speed['oracle_requests_per_s']:,.0f}/s over "
         f"{speed['oracle_simulated_requests']:,.0f} simulated requests"
     )
+    if speed["hindsight_wall_s"] > 0:
+        _print(
+            f"   hindsight-static search: {speed['hindsight_requests_per_s']:,.0f}/s over "
+            f"{speed['hindsight_simulated_requests']:,.0f} simulated requests "
+            f"({speed['hindsight_wall_s']:.1f} s)"
+        )
     _print(f"   bench wall time: {total:.0f} s")
     all_pass = all(g.passed for o in outcomes for g in o.goals) and speed_ok
     if args.json:
@@ -360,6 +391,8 @@ def main(args: argparse.Namespace) -> int:
                     "oracle_peak_in_range": o.in_range,
                     "goals": [{"goal": g.name, "passed": g.passed, "detail": g.detail} for g in o.goals],
                     "poolpilot_ratios": poolpilot_ratios(o.results),
+                    "poolpilot_gpu_hours_over_hindsight_static": hindsight_gpu_ratio(o.results),
+                    "hindsight_static": hindsight_choice(o.results),
                     "results": {n: r.to_json(with_series=False) for n, r in o.results.items()},
                 }
                 for o in outcomes
@@ -380,14 +413,53 @@ def _ratios_text(o: ScenarioOutcome) -> str:
     pp = o.results.get(POOLPILOT)
     if pp is None:
         return "   (PoolPilot not run)"
-    lines = ["   PoolPilot ÷ policy:   windows   GPU-hours"]
+    width = max((len(n) for n in o.results), default=9)
+    lines = [f"   PoolPilot ÷ policy: {'':{width - 9}s}  windows   GPU-hours"]
     for name, r in o.results.items():
         if name == POOLPILOT:
             continue
         aw = _ratio(pp.slo_attainment_windows, r.slo_attainment_windows)
         gh = _ratio(pp.gpu_hours, r.gpu_hours)
-        lines.append(f"     vs {name:9s}         {aw:7.3f}   {gh:7.3f}")
+        lines.append(f"     vs {name:{width}s}   {aw:7.3f}   {gh:7.3f}")
     return "\n".join(lines)
+
+
+def hindsight_gpu_ratio(results: dict[str, Result]) -> float | None:
+    """PoolPilot GPU-h ÷ hindsight-static GPU-h (None if either is missing or the ratio is undefined)."""
+    pp, hs = results.get(POOLPILOT), results.get(HINDSIGHT)
+    if pp is None or hs is None:
+        return None
+    r = _ratio(pp.gpu_hours, hs.gpu_hours)
+    return r if math.isfinite(r) else None
+
+
+def hindsight_choice(results: dict[str, Result]) -> dict[str, Any] | None:
+    """The fleet the hindsight search chose (replicas, nodes, batching, evaluations), JSON-ready."""
+    hs = results.get(HINDSIGHT)
+    if hs is None or not hs.decisions:
+        return None
+    d = hs.decisions[0]
+    keys = ("replicas", "nodes", "batching", "window_goal", "met_goal", "slo_attainment_windows",
+            "evaluations", "simulated_requests", "search_max_replicas")  # fmt: skip
+    return {k: d.get(k) for k in keys}
+
+
+def hindsight_text(o: ScenarioOutcome) -> str:
+    """One line: the fixed fleet the hindsight search chose, and PoolPilot's GPU-hours over it."""
+    c = hindsight_choice(o.results)
+    if c is None:
+        return ""
+    b = c["batching"] or {}
+    delay_ms = float(b.get("max_queue_delay_us", 0)) / 1000.0
+    met = "" if c["met_goal"] else f" (no fixed fleet up to {c['search_max_replicas']} meets the goal)"
+    ratio = hindsight_gpu_ratio(o.results)
+    tail = f"; PoolPilot GPU-h ÷ it = {ratio:.3f}" if ratio is not None else ""
+    nodes = f"{c['nodes']} node{'' if c['nodes'] == 1 else 's'}"
+    inst = b.get("instance_count", 1)
+    return (
+        f"hindsight-static: {c['replicas']} replicas on {nodes}, queue delay {delay_ms:g} ms, "
+        f"{inst} instance{'' if inst == 1 else 's'}, {c['evaluations']} evaluations{met}{tail}"
+    )
 
 
 def markdown(
@@ -413,6 +485,9 @@ def markdown(
         )
         parts.append(scenario_table(o))
         parts.append("\n")
+        hs_line = hindsight_text(o)
+        if hs_line:
+            parts.append(f"Reference (not a baseline) {hs_line}.\n\n")
         for g in o.goals:
             parts.append(f"- **{'PASS' if g.passed else 'FAIL'}** {g.name}: {g.detail}\n")
     parts.append(
@@ -420,7 +495,8 @@ def markdown(
         f"{speed['engine_requests_per_s']:,.0f} simulated requests per wall-clock second "
         f"({speed['engine_requests']:,.0f} requests in {speed['engine_wall_s']:.1f} s of engine runs, one "
         f"process); best single run {speed['best_run_requests_per_s']:,.0f}/s; the oracle's per-minute "
-        f"evaluations {speed['oracle_requests_per_s']:,.0f}/s. Goal ≥ 200,000/s: "
+        f"evaluations {speed['oracle_requests_per_s']:,.0f}/s; the hindsight-static search's "
+        f"{speed['hindsight_requests_per_s']:,.0f}/s. Goal ≥ 200,000/s: "
         f"**{'PASS' if speed_ok else 'FAIL'}**. Per CPU-second of whole policy runs (controller and "
         f"metrics included): {speed['requests_per_cpu_s']:,.0f}/s.\n"
     )
