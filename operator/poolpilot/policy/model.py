@@ -253,13 +253,13 @@ def _wait_one_instance(
     execution barely queues, and its p99 is ~L, not ~2·L. Checked against the simulator's batcher in
     tests/policy/test_model.py.
     """
-    if lam * (a + b * items) >= 1.0:
-        return max(lat * (1.0 - tail_q), d_ms)
     shape = max(1, min(1024, round(1.0 / max(arrival_cv2, 1e-3))))
     gap_q = erlang_quantile(shape, tail_q) / lam
-    if d_ms <= 0:
-        return max(0.0, lat - gap_q)
-    return d_ms + max(0.0, lat - max(gap_q, d_ms))
+    behind = max(0.0, lat - gap_q) if d_ms <= 0 else d_ms + max(0.0, lat - max(gap_q, d_ms))
+    if lam * (a + b * items) >= 1.0:
+        # Never below the idle-regime value: the estimate must not drop as load crosses into "busy".
+        return max(lat * (1.0 - tail_q), d_ms, behind)
+    return behind
 
 
 def arrival_cv2(params: PolicyParams, replicas: int) -> float:
