@@ -67,10 +67,10 @@ class PolicyParams:
     scale_in_tolerance: float = 0.10
     # Nodes come whole: a node is opened (or kept) only to meet target x (1 - margin x this share);
     # the rest of the margin is bought with GPUs on nodes already paid for (see `use_paid_nodes`).
-    node_margin_share: float = 0.5
+    node_margin_share: float = 0.0
     # ... and a node is released only when one node fewer meets target x (1 - margin x this share)
     # (at least `node_margin_share`), at 10 % more demand with the peak correction.
-    node_release_margin_share: float = 0.5
+    node_release_margin_share: float = 0.0
     # The feedback guard scales out at most this factor per tick, and waits this long after a
     # scale-up before scaling out again on the (lagging) measured p99.
     guard_max_step_ratio: float = 2.0
