@@ -211,11 +211,13 @@ def test_more_load_never_fewer_replicas(kit: SimpleNamespace, data: st.DataObjec
 @SLOW
 # Counterexamples found before (each exposed a defect that is fixed; kept as explicit regressions):
 # a peak correction whose decay never ended (late 9→8); a first-guess floor pinning 5 replicas where 2
-# do; an infeasible delay kept over a feasible one at more replicas; an hourly 1↔2-instance cycle.
+# do; an infeasible delay kept over a feasible one at more replicas; an hourly 1↔2-instance cycle;
+# anti-flap floor evidence from one batching setting kept after switching to another.
 @example(rate=180.0, tail_factor=0.954502824896525, a_ms=64.78453646882514, b_ms=2.1240197053778154, start=12)
 @example(rate=20.0, tail_factor=0.8655750364446099, a_ms=69.12696007440107, b_ms=2.28995193844157, start=4)
 @example(rate=702.8571524070695, tail_factor=1.1658902124081525, a_ms=69.0, b_ms=1.7422576506964074, start=12)
 @example(rate=2521.0, tail_factor=0.9, a_ms=66.3, b_ms=2.84, start=10)
+@example(rate=1900.0, tail_factor=0.869, a_ms=43.58, b_ms=1.72, start=2)  # floor kept across a reload
 @given(
     rate=st.floats(20, 3_000),
     tail_factor=st.floats(0.85, 1.3),

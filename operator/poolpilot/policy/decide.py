@@ -680,7 +680,8 @@ class _Tick:
             # they would be is not evidence: a fresh model's first guess would pin the pool above
             # its need for as long as the load stays).
             self.model = replace(self.model, floor_replicas=R + 1, floor_rate_per_s=self.lam)
-        elif floor > 0 and not floor_active:
+        elif floor > 0 and (not floor_active or "batching" in actions):
+            # The evidence was about the running batching: a new setting starts without it.
             self.model = replace(self.model, floor_replicas=0, floor_rate_per_s=math.nan)
         # A node bought on the forecast alone must be asked for two ticks running: a trend that
         # flickers across its threshold would otherwise order and cancel a node every other tick.
