@@ -111,8 +111,15 @@ class Plant:
 
 def plant_p99_ms(plant: Plant, rate_per_s: float, replicas: int, b: BatchingConfig | None = None) -> float:
     """The plant's TRUE p99 with `replicas` ready replicas (what the policy is trying to find)."""
+    return plant_truth(plant, rate_per_s, replicas, b)[0]
+
+
+def plant_truth(
+    plant: Plant, rate_per_s: float, replicas: int, b: BatchingConfig | None = None
+) -> tuple[float, float]:
+    """The plant's TRUE (p99 ms, capacity utilisation at full batches) with `replicas` ready replicas."""
     b = b or batching()
-    p99, *_ = core(
+    p99, _, _, _, util, _ = core(
         plant.a_ms,
         plant.b_ms,
         rate_per_s / replicas / 1000.0,
@@ -125,23 +132,25 @@ def plant_p99_ms(plant: Plant, rate_per_s: float, replicas: int, b: BatchingConf
         1.0 / replicas,
         plant.instance_slowdown,
     )
-    return float(p99 * plant.tail_factor)
+    return float(p99 * plant.tail_factor), float(util)
 
 
 def plant_true_need(
-    plant: Plant, rate_per_s: float, objective_ms: float, max_replicas: int = 64
+    plant: Plant, rate_per_s: float, objective_ms: float, max_replicas: int = 64, max_utilization: float = 0.7
 ) -> int | None:
     """Fewest replicas whose TRUE p99 meets the objective with the best default-bounds batching, or None.
 
     Searched over the queue delays of the policy's grid (the default spec allows 0-50 ms) and 1-2
-    instances: what an oracle that knew the plant would pick.
+    instances, under the spec's utilisation cap (targetGPUUtilization, 0.7 by default): what an oracle
+    that knew the plant would pick.
     """
     best: int | None = None
     for delay_us in (0, 1_000, 2_000, 5_000, 10_000, 20_000, 35_000, 50_000):
         for k in (1, 2):
             b = batching(delay_us, k)
             for r in range(1, (best or max_replicas + 1)):
-                if plant_p99_ms(plant, rate_per_s, r, b) <= objective_ms:
+                p99, util = plant_truth(plant, rate_per_s, r, b)
+                if p99 <= objective_ms and util <= max_utilization:
                     best = r
                     break
     return best

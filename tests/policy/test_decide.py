@@ -497,8 +497,7 @@ def test_a_setting_that_missed_right_after_adoption_is_not_proposed_again(kit: S
     d = decide(spec, state, sig(700, 149, ready=20), NOW)
     assert any(r.startswith("batching 0 µs / 2 instances missed the objective") for r in d.reasons), d.reasons
     assert d.latency_model is not None
-    assert (d.latency_model.tabu_delay_us, d.latency_model.tabu_instances) == (0, 2)
-    assert d.latency_model.tabu_until_s == pytest.approx(NOW + PolicyParams().tabu_s)
+    assert d.latency_model.tabu == ((0, 2, pytest.approx(NOW + PolicyParams().tabu_s)),)
     # Back on one instance, an hour later, with the model again saying 2 instances would save replicas:
     # the setting stays out of the search until the tabu expires.
     later = replace(
@@ -509,4 +508,4 @@ def test_a_setting_that_missed_right_after_adoption_is_not_proposed_again(kit: S
     # Not before it was adopted and measured: a change 30 s ago is not judged yet (the p99 window lags).
     fresh = settled_state(20, kit.batching(0, 2), last_batching_change_s=NOW - 30)
     d3 = decide(spec, fresh, sig(700, 149, ready=20), NOW)
-    assert d3.latency_model is not None and d3.latency_model.tabu_instances == 0
+    assert d3.latency_model is not None and d3.latency_model.tabu == ()

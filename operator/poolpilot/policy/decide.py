@@ -474,8 +474,16 @@ class _Tick:
         # fleet. One replica at a time, as the peak correction decays, is a creep that never settles.
         min_step = max(1, math.ceil(p.scale_in_tolerance * R))
         within_tolerance = R - min_step < stable_target < R
+        # A scale-in waits until a new batching setting has been measured: its saving was a prediction.
+        unmeasured = _since(self.now, state.last_batching_change_s) < p.settle_s
         scale_in = (
-            stable_target < R and not within_tolerance and not breach and not lost and not forced and covered
+            stable_target < R
+            and not within_tolerance
+            and not breach
+            and not lost
+            and not forced
+            and covered
+            and not unmeasured
         )
         emergency = False
         if scale_in:
@@ -559,6 +567,11 @@ class _Tick:
                     )
                 elif forced:
                     self.reasons.append("scale in deferred: batching changes this tick")
+                elif unmeasured:
+                    self.reasons.append(
+                        f"scale in deferred: batching changed "
+                        f"{_since(self.now, state.last_batching_change_s):.0f} s ago, not yet measured"
+                    )
                 elif within_tolerance and max(window) < R and r_strict < R:
                     self.reasons.append(
                         f"scale in deferred: {R}→{stable_target} is within the "
@@ -591,6 +604,7 @@ class _Tick:
                 and not forced
                 and covered
                 and (d, k) == (cur_d, cur_k)
+                and not unmeasured
                 and self.ready >= R
                 and _since(self.now, state.last_scale_change_s)
                 >= spec.replicas.scale_down_stabilization_seconds
@@ -791,22 +805,24 @@ class _Tick:
         since = _since(self.now, state.last_batching_change_s)
         measured = self.sig.p99_ms
         missed = not cand_cur.feasible or (_finite(measured) and measured > self.objective_ms)
+        live = [e for e in m.tabu if _finite(e[2]) and self.now < e[2]]
         if (
             state.batching is not None
             and p.settle_s <= since <= p.tabu_after_change_s  # the p99 window describes this setting
             and missed
             and self.ready >= state.replicas
         ):
-            if (m.tabu_delay_us, m.tabu_instances) != (cur_d, cur_k):
+            if not any((d, k) == (cur_d, cur_k) for d, k, _ in live):
                 self.reasons.append(
                     f"batching {cur_d} µs / {cur_k} instance{'s' if cur_k != 1 else ''} missed the objective "
                     f"{since:.0f} s after it was adopted: not proposed again for {p.tabu_s / 3600:.0f} h"
                 )
-            m = replace(m, tabu_delay_us=cur_d, tabu_instances=cur_k, tabu_until_s=self.now + p.tabu_s)
-            self.model = m
-        if _finite(m.tabu_until_s) and self.now < m.tabu_until_s:
-            return ((m.tabu_delay_us, m.tabu_instances),)
-        return ()
+            live = [e for e in live if (e[0], e[1]) != (cur_d, cur_k)]
+            live.append((cur_d, cur_k, self.now + p.tabu_s))
+        live = live[-p.tabu_max_entries :]
+        if tuple(live) != m.tabu:
+            self.model = replace(m, tabu=tuple(live))
+        return tuple((d, k) for d, k, _ in live)
 
     def node_lead_s(self) -> float:
         """How long a node asked for now takes to serve: provisioning plus pod start."""

@@ -96,6 +96,7 @@ class PolicyParams:
     # not proposed again for `tabu_s` (its prediction was wrong; trying it every hour is a limit cycle).
     tabu_after_change_s: float = 900.0
     tabu_s: float = 6 * 3600.0
+    tabu_max_entries: int = 4
     # History bound (entries); the window needs stabilisation/tick + a few.
     history_max_entries: int = 256
 

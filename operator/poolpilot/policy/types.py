@@ -98,10 +98,9 @@ class LatencyModel:
     offset_ms: float = 0.0
     offset_peak_ms: float = math.nan
     # A batching setting (delay µs, instances) adopted for a saving that then missed the objective is
-    # not proposed again before `tabu_until_s` (the model was wrong about it; see docs/policy.md).
-    tabu_delay_us: int = -1
-    tabu_instances: int = 0
-    tabu_until_s: float = math.nan
+    # not proposed again before its until_s (the model was wrong about it; see docs/policy.md).
+    # Entries (delay µs, instances, until_s), newest last, at most `PolicyParams.tabu_max_entries`.
+    tabu: tuple[tuple[int, int, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
