@@ -431,7 +431,7 @@ def test_scale_in_within_the_tolerance_waits_and_says_so(kit: SimpleNamespace) -
     assert d.replicas <= 27
 
 
-def test_forecast_never_more_than_doubles_the_demand(kit: SimpleNamespace) -> None:
+def test_forecast_adds_at_most_its_cap_to_the_demand(kit: SimpleNamespace) -> None:
     # A steep 2-minute ramp (200/s → 1000/s): extrapolated over a 375 s lead it would ask for ~3800/s.
     spec = kit.make_spec(replicas={"min": 1, "max": 256})
     history = tuple(
@@ -439,7 +439,7 @@ def test_forecast_never_more_than_doubles_the_demand(kit: SimpleNamespace) -> No
     )
     state = replace(settled_state(4, kit.batching(0)), history=history)
     d = decide(spec, state, sig(1000, 120, ready=4), NOW, node_pool=kit.make_node_pool())
-    assert d.demand_per_s <= 2 * 1000 + 1e-9
+    assert d.demand_per_s <= 1000 * (1 + PolicyParams().forecast_max_rise_ratio) + 1e-9
     uncapped = decide(
         spec,
         state,

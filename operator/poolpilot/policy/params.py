@@ -91,7 +91,7 @@ class PolicyParams:
     forecast_window_s: float = 300.0
     forecast_min_rise_ratio: float = 0.10
     # A forecast never adds more than this share of the current demand (see `_Tick.forecast`).
-    forecast_max_rise_ratio: float = 0.25
+    forecast_max_rise_ratio: float = 0.10
     # A batching setting that misses the objective within `tabu_after_change_s` of being adopted is
     # not proposed again for `tabu_s` (its prediction was wrong; trying it every hour is a limit cycle).
     tabu_after_change_s: float = 900.0
