@@ -68,7 +68,7 @@ def main() -> int:
         if not ok:
             bad += 1
             print(
-                f"FAIL rate={rate:.1f} tail_factor={tf:.3f} a_ms={a:.2f} b_ms={b:.3f} start={start}: "
+                f"FAIL rate={rate!r} tail_factor={tf!r} a_ms={a!r} b_ms={b!r} start={start}: "
                 f"moves={moves} p99={sig.p99_ms:.0f} replicas={last.replicas} true need={need} {late[:1]}",
                 flush=True,
             )
