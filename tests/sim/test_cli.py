@@ -87,3 +87,26 @@ def test_unknown_policy_names_the_known_ones() -> None:
     proc = simulate("--synthetic", "step", "--duration", "60", "--policy", "vpa")
     assert proc.returncode == 2
     assert "unknown policy 'vpa'" in proc.stderr and "poolpilot" in proc.stderr
+
+
+def test_margin_ratio_reaches_the_simulated_pool_and_bad_values_are_refused(tmp_path: Path) -> None:
+    out = tmp_path / "m.json"
+    proc = simulate(
+        "--synthetic", "step", "--duration", "300", "--rate-scale", "20", "--seed", "1",
+        "--margin-ratio", "0.3", "--policy", "poolpilot", "--no-series", "--json", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text())["_run"]["params"]["margin_ratio"] == 0.3
+    bad = simulate(
+        "--synthetic", "step", "--duration", "60", "--margin-ratio", "1.5", "--policy", "poolpilot"
+    )
+    assert bad.returncode == 2
+    assert "margin_ratio must be in [0, 1), got 1.5" in bad.stderr
+
+
+def test_the_simulated_pool_plans_for_the_margin_it_is_given() -> None:
+    from poolpilot.sim.controllers import pool_spec
+    from poolpilot.sim.params import SimParams
+
+    assert pool_spec(SimParams()).slo.margin_ratio == 0.05  # the InferencePool default
+    assert pool_spec(SimParams(margin_ratio=0.15)).slo.margin_ratio == 0.15
