@@ -130,7 +130,7 @@ def correction_terms(m: LatencyModel) -> tuple[float, float]:
 class Estimate:
     """Predicted behaviour of one replica under a candidate configuration."""
 
-    p99_ms: float  # uncorrected (multiply by the model's correction)
+    p99_ms: float  # uncorrected: raw · multiplier + offset (`correction_terms`) is the prediction
     mean_batch_items: float
     batch_latency_ms: float  # at the mean batch
     wait_p99_ms: float
