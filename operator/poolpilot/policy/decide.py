@@ -591,8 +591,7 @@ class _Tick:
             self.reasons.append(f"replicas clamped to spec bounds [{self.r_lo}, {self.r_hi}]")
         target = _clamp(target, self.r_lo, self.r_hi)
         # Node demand leads replica demand by the node pool's provisioning time.
-        prov_s = float(self.node_pool.provisioning_seconds) if self.node_pool else p.default_provisioning_s
-        lam_ahead = self.forecast(slope, prov_s + p.pod_start_s)
+        lam_ahead = self.forecast(slope, self.node_lead_s())
         r_ahead = fewest_replicas(self.problem(lam_ahead, self.objective_ms), d, k).replicas
         r_ahead = _clamp(max(r_ahead, target), self.r_lo, self.r_hi)
         planned = target
