@@ -25,7 +25,7 @@ from dataclasses import replace
 from poolpilot.api.types import GPUNodePoolSpec, InferencePoolSpec, Mode
 from poolpilot.policy.model import (
     Estimate,
-    correction_terms,
+    corrected,
     estimate,
     observe,
     pessimistic,
@@ -851,7 +851,6 @@ class _Tick:
     def predict(self, replicas: int, d: int, k: int, lam: float) -> tuple[float, float]:
         if replicas <= 0:
             return math.nan, 0.0
-        mult, add = correction_terms(self.model)
         est = estimate(
             self.model,
             rate_per_s=lam / replicas,
@@ -863,7 +862,7 @@ class _Tick:
             params=self.p,
             replicas=replicas,
         )
-        return est.p99_ms * mult + add, est.utilization
+        return corrected(self.model, est.p99_ms), est.utilization
 
     def estimate_running(self, model: LatencyModel) -> Estimate:
         """The model's view of the running configuration at the measured load (ready replicas)."""

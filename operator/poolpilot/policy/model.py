@@ -121,16 +121,11 @@ def corrected(m: LatencyModel, p99_ms: float) -> float:
     return p99_ms * m.correction + m.offset_ms
 
 
-def correction_terms(m: LatencyModel) -> tuple[float, float]:
-    """(p99 multiplier, p99 offset ms): a raw model p99 corrects to raw · multiplier + offset."""
-    return m.correction, m.offset_ms
-
-
 @dataclass(frozen=True, slots=True)
 class Estimate:
     """Predicted behaviour of one replica under a candidate configuration."""
 
-    p99_ms: float  # uncorrected: raw · multiplier + offset (`correction_terms`) is the prediction
+    p99_ms: float  # uncorrected: `corrected(model, p99_ms)` is the prediction
     mean_batch_items: float
     batch_latency_ms: float  # at the mean batch
     wait_p99_ms: float
@@ -250,8 +245,8 @@ def _wait_one_instance(
     at X ≥ D waits D + L − X; one arriving before D rides along). Its quantile uses the low quantile of
     X ~ Erlang(1/CV²) scaled to the mean gap 1/λ: Poisson (random routing) is shape 1; round robin
     over r replicas is shape r, nearly regular — a fleet whose per-replica gap is longer than one
-    execution barely queues, and its p99 is ~L, not ~2·L. Checked against the simulator's batcher in
-    tests/policy/test_model.py.
+    execution barely queues, and its p99 is ~L, not ~2·L. Checked against the simulator's engine in
+    tests/sim/test_model_vs_engine.py.
     """
     shape = max(1, min(1024, round(1.0 / max(arrival_cv2, 1e-3))))
     gap_q = erlang_quantile(shape, tail_q) / lam

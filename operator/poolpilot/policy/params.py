@@ -74,9 +74,8 @@ class PolicyParams:
     # The feedback guard scales out at most this factor per tick, and waits this long after a
     # scale-up before scaling out again on the (lagging) measured p99.
     guard_max_step_ratio: float = 2.0
-    guard_cooldown_s: float = (
-        90.0  # > settle_s: the model learns from one settled tick between two guard steps
-    )
+    # (90 s > settle_s: the model learns from one settled tick between two guard steps.)
+    guard_cooldown_s: float = 90.0
     # An emergency delay cut only when the delay is at least this share of the measured p99.
     guard_min_delay_share: float = 0.02
 

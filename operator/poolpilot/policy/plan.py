@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from poolpilot.policy.model import arrival_cv2, core, correction_terms, z_score
+from poolpilot.policy.model import arrival_cv2, core, corrected, z_score
 from poolpilot.policy.params import PolicyParams
 from poolpilot.policy.types import LatencyModel
 
@@ -49,7 +49,6 @@ def predict(prob: Problem, replicas: int, delay_us: int, instances: int) -> tupl
     if replicas <= 0:
         return (math.inf, math.inf) if prob.rate_per_s > 0 else (math.nan, 0.0)
     m = prob.model
-    mult, add = correction_terms(m)
     p99, _, _, _, util, _ = core(
         m.a_ms,
         m.b_ms,
@@ -64,7 +63,7 @@ def predict(prob: Problem, replicas: int, delay_us: int, instances: int) -> tupl
         prob.params.instance_slowdown,
         prob.params.wait_model == "renewal",
     )
-    return p99 * mult + add, util
+    return corrected(m, p99), util
 
 
 def _ok(prob: Problem, replicas: int, delay_us: int, instances: int) -> bool:
