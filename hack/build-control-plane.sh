@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build etcd, kube-apiserver, kube-controller-manager (and kubectl) from the Kubernetes Go modules.
+# Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler (and kubectl) from the Kubernetes Go modules.
 #
 # Why a wrapper module: k8s.io/kubernetes requires its staging modules at v0.0.0 through replace
 # directives that Go ignores in a dependency, so `go install k8s.io/kubernetes/cmd/...@v` fails.
@@ -18,7 +18,7 @@ K8S_VERSION="${K8S_VERSION:-v1.36.3}"
 STAGING_VERSION="v0.${K8S_VERSION#v1.}"
 CACHE_ROOT="${POOLPILOT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/poolpilot}"
 BIN_DIR="${POOLPILOT_BIN_DIR:-$CACHE_ROOT/k8s-$K8S_VERSION/bin}"
-WANT=(etcd kube-apiserver kube-controller-manager kubectl)
+WANT=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
 
 have_all() {
   for b in "${WANT[@]}"; do [[ -x "$BIN_DIR/$b" ]] || return 1; done
@@ -72,6 +72,7 @@ import (
 	_ "go.etcd.io/etcd/server/v3"
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 GO
@@ -88,6 +89,7 @@ GO
   done
   go get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" \
          "k8s.io/kubernetes/cmd/kube-controller-manager@$K8S_VERSION" \
+         "k8s.io/kubernetes/cmd/kube-scheduler@$K8S_VERSION" \
          "k8s.io/kubernetes/cmd/kubectl@$K8S_VERSION"
   # etcd server at the version k8s already resolves (keeps client and server on one minor).
   etcd_ver=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3 2>/dev/null || true)
@@ -107,9 +109,12 @@ tmp="$BIN_DIR.tmp.$$"
 mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
 go build -trimpath -tags grpcnotrace -ldflags "$LDF" -o "$tmp/" \
-  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
+  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
 go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3
 for b in "${WANT[@]}"; do mv -f "$tmp/$b" "$BIN_DIR/$b"; done
 echo "control plane: built in $(( $(date +%s) - start )) s"
 "$BIN_DIR/kube-apiserver" --version
-"$BIN_DIR/etcd" --version | head -1
+# No early-closing reader on a pipe here: under pipefail `etcd --version | head -1` dies of SIGPIPE (exit 141).
+etcd_version=$("$BIN_DIR/etcd" --version)
+echo "${etcd_version%%$'\n'*}"

@@ -20,10 +20,13 @@ if ! command -v prometheus >/dev/null 2>&1; then
   apt-get install -y -qq --no-install-recommends prometheus >/dev/null
   if (( created_policy )); then rm -f "$policy_rc"; fi
 fi
-prometheus --version 2>&1 | head -1
+prom_version=$(prometheus --version 2>&1)   # read whole: `| head -1` under pipefail can die of SIGPIPE
+echo "${prom_version%%$'\n'*}"
 
 log "control-plane binaries"
 bash hack/build-control-plane.sh
+log "kwok"
+bash hack/build-kwok.sh
 log "helm"
 bash hack/build-helm.sh
 
