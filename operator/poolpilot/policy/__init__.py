@@ -1,6 +1,7 @@
 """PoolPilot's decision logic: pure, deterministic, explained (no I/O, no clock, no kopf).
 
-`decide` answers one pool's tick; `size_node_pool` sums pools sharing a node pool; `advance` carries a
+`pool_tick` is one pool's tick for the operator and the simulator alike (state carried, `decide`,
+`advance`); `decide` answers it; `size_node_pool` sums pools sharing a node pool; `advance` carries a
 decision into the next state. docs/policy.md describes the model and every reason string.
 """
 
@@ -8,6 +9,7 @@ from poolpilot.policy.decide import PolicyInputError, decide, triton_default_bat
 from poolpilot.policy.nodes import NodePoolInputError, size_node_pool
 from poolpilot.policy.params import DEFAULT_PARAMS, PolicyParams
 from poolpilot.policy.state import advance
+from poolpilot.policy.tick import PoolTick, paid_replicas_on, pool_tick
 from poolpilot.policy.types import (
     BatchingConfig,
     Decision,
@@ -31,9 +33,12 @@ __all__ = [
     "PolicyInputError",
     "PolicyParams",
     "PoolState",
+    "PoolTick",
     "Signals",
     "advance",
     "decide",
+    "paid_replicas_on",
+    "pool_tick",
     "size_node_pool",
     "triton_default_batching",
 ]

@@ -1,17 +1,15 @@
 """Controllers owned by the simulator core: PoolPilot's real policy in the loop, and a fixed fleet.
 
-`PoolPilotController` adapts `poolpilot.policy.decide` to the `Controller` protocol exactly as the
-operator drives it: every tick it reads the workload's replicas (`obs.replicas`), keeps everything else
-in a `PoolState` carried by `poolpilot.policy.advance` (history, last changes, the fitted latency model,
-the last applied batching — what the operator keeps in status), applies only `Decision.actions`, and
-sizes the node pool with `poolpilot.policy.size_node_pool` from the decision's node demand. The
-simulated node pool has one tenant, so every GPU on its requested nodes is passed as `paid_replicas`. The spec
+`PoolPilotController` drives the operator's own pool tick (`poolpilot.policy.pool_tick`): every tick
+it passes the workload's replicas (`obs.replicas`) and the `PoolState` the previous tick returned
+(history, last changes, the fitted latency model, the last applied batching — what the operator keeps
+in status), applies only `Decision.actions`, and sizes the node pool with
+`poolpilot.policy.size_node_pool` from the decision's node demand, as the operator's GPUNodePool
+reconcile does. The simulated node pool has one tenant (`paid_replicas_on` with no other GPUs). The spec
 (`InferencePoolSpec`, `GPUNodePoolSpec`) is built from `SimParams`, i.e. from the CLI flags.
 """
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 from poolpilot.api.types import (
     GPUNodePoolSpec,
@@ -25,7 +23,7 @@ from poolpilot.api.types import (
     SLOSpec,
     TargetRef,
 )
-from poolpilot.policy import advance, decide, size_node_pool
+from poolpilot.policy import paid_replicas_on, pool_tick, size_node_pool
 from poolpilot.policy.types import BatchingConfig, PoolState
 from poolpilot.sim.params import SimParams
 from poolpilot.sim.protocol import Action, Observation
@@ -62,7 +60,7 @@ def node_pool_spec(params: SimParams) -> GPUNodePoolSpec:
 
 
 class PoolPilotController:
-    """The real `poolpilot.policy.decide` in the loop, state carried like the operator's status."""
+    """The operator's pool tick in the loop, state carried like the operator's status."""
 
     def __init__(self, params: SimParams, *, mode: Mode = Mode.AUTO, name: str = "poolpilot") -> None:
         self.name = name
@@ -73,16 +71,20 @@ class PoolPilotController:
         self.last_reasons: tuple[str, ...] = ()
 
     def step(self, obs: Observation) -> Action:
-        if self.state is None:
-            self.state = PoolState(replicas=obs.replicas, batching=obs.batching)
-        state = replace(self.state, replicas=obs.replicas)
         # The simulated node pool has one tenant: every GPU on its requested nodes is this pool's.
         gpr = self.spec.node_pool.gpus_per_replica if self.spec.node_pool else 1
-        paid = obs.nodes * (self.node_pool.gpus_per_node // gpr)
-        decision = decide(
-            self.spec, state, obs.signals, obs.now_s, node_pool=self.node_pool, paid_replicas=paid
+        paid = paid_replicas_on(self.node_pool, obs.nodes, 0, gpr)
+        result = pool_tick(
+            self.spec,
+            self.state,
+            obs.signals,
+            obs.now_s,
+            replicas=obs.replicas,
+            batching=obs.batching,
+            node_pool=self.node_pool,
+            paid_replicas=paid,
         )
-        self.state = advance(state, decision, obs.now_s)
+        decision, self.state = result.decision, result.state
         nodes: int | None = None
         reasons = decision.reasons
         if decision.node_demand is not None and self.spec.mode == Mode.AUTO:
