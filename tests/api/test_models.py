@@ -164,13 +164,6 @@ def test_nan_signals_become_absent_not_invalid_json() -> None:
     assert signals.to_wire() == {"gpuUtilization": 0.5}
 
 
-def test_history_is_bounded() -> None:
-    entry = types.HistoryEntry(time=T0, replicas=1)
-    types.InferencePoolStatus(history=[entry] * types.HISTORY_MAX_ITEMS)
-    with pytest.raises(ValidationError, match="history"):
-        types.InferencePoolStatus(history=[entry] * (types.HISTORY_MAX_ITEMS + 1))
-
-
 @given(low=st.integers(0, 10**6), high=st.integers(0, 10**6))
 def test_int_range_accepts_exactly_ordered_bounds(low: int, high: int) -> None:
     if low <= high:

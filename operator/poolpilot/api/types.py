@@ -34,7 +34,7 @@ GPU_NODE_POOL_KIND: Final = "GPUNodePool"
 GPU_NODE_POOL_PLURAL: Final = "gpunodepools"
 
 # Bounds that keep status objects small and CEL cost estimates finite.
-HISTORY_MAX_ITEMS: Final = 256  # 1 h of 15 s ticks plus slack; the reconciler must trim to this
+POLICY_STATE_MAX_BYTES: Final = 256 * 1024  # status.policyState, encoded; far above the policy's own bounds
 CONDITIONS_MAX_ITEMS: Final = 16
 REASONS_MAX_ITEMS: Final = 16
 POOLS_MAX_ITEMS: Final = 512
@@ -53,6 +53,9 @@ _LABEL_KEY = (
 )
 _LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 _CONDITION_TYPE = _LABEL_KEY
+# A Triton model name is a directory in the model repository and a segment of /v2/models/<name>: no '/',
+# no leading '.' (so never '.' or '..'), no leading '-'.
+_MODEL_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
 _CONDITION_REASON = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 
 
@@ -276,7 +279,9 @@ class ModelSpec(_Model):
     name: str = Field(
         min_length=1,
         max_length=253,
-        description="Model name in Triton's model repository (the name in /v2/models/<name>).",
+        pattern=_MODEL_NAME,
+        description="Model name in Triton's model repository (the name in /v2/models/<name>): letters, "
+        "digits, '_', '-' and '.', not starting with '.' or '-' (it becomes a URL path segment).",
     )
     max_batch_size: int = Field(
         ge=1,
@@ -675,11 +680,57 @@ class StatusSignals(_StatusModel):
 
 
 class StatusLatencyModel(_StatusModel):
-    """The fitted latency model: batch latency ~= aMs + bMs * batch, times correction."""
+    """The fitted latency model (a summary for people; the full state is in `policyState`)."""
 
     a_ms: float = Field(description="Fixed cost of one execution, in milliseconds.")
     b_ms: float = Field(description="Added cost per request in the batch, in milliseconds.")
     correction: float = Field(default=1.0, gt=0, description="Measured / predicted p99 ratio applied.")
+    offset_ms: float | None = Field(
+        default=None, description="Measured minus predicted p99 added to predictions, in milliseconds."
+    )
+
+    @field_validator("offset_ms", mode="before")
+    @classmethod
+    def _finite(cls, value: Any) -> Any:
+        return _finite_or_none(value)
+
+
+class RolloutPhase(StrEnum):
+    """Where a batching rollout stands (absent rollout = every Ready pod runs `status.batching`)."""
+
+    PROGRESSING = "Progressing"
+    ROLLING_BACK = "RollingBack"
+
+
+class Rollout(_StatusModel):
+    """A batching change being rolled out pod by pod (or rolled back); survives operator restarts."""
+
+    phase: RolloutPhase = Field(description="Progressing (to target) or RollingBack (to previous).")
+    target: StatusBatching = Field(description="The setting being rolled out.")
+    previous: StatusBatching | None = Field(
+        default=None, description="The setting the pods ran before; what a failure rolls back to."
+    )
+    started_at: datetime = Field(description="When the rollout started.")
+    updated_replicas: int = Field(default=0, ge=0, description="Ready pods already running the target.")
+    total_replicas: int = Field(default=0, ge=0, description="Ready pods the rollout must reach.")
+    message: str = Field(default="", max_length=4096, description="Progress, or why it is rolling back.")
+
+
+class NodeDemand(_StatusModel):
+    """GPUs this pool needs from its GPUNodePool; the node-pool reconcile sums these over all pools."""
+
+    node_pool: str = Field(max_length=253, description="The GPUNodePool the demand is on.")
+    gpus_now: int = Field(ge=0, alias="gpusNow", description="GPUs the pool needs now.")
+    gpus_ahead: int = Field(
+        ge=0, alias="gpusAhead", description="GPUs the pool needs one node lead time from now (forecast)."
+    )
+    gpus_per_replica: int = Field(default=1, ge=1, description="GPUs of one replica (the packing unit).")
+    hold: bool = Field(
+        default=False,
+        description="True when the pool cannot decide (metrics missing, Recommend mode): the node pool "
+        "must not shrink on its account.",
+    )
+    time: datetime = Field(description="When the demand was computed; an old demand is treated as hold.")
 
 
 class LastDecision(_StatusModel):
@@ -697,13 +748,6 @@ class LastDecision(_StatusModel):
     )
 
 
-class HistoryEntry(_StatusModel):
-    """One past replica recommendation, kept for scale-down stabilisation across operator restarts."""
-
-    time: datetime = Field(description="When the recommendation was made.")
-    replicas: int = Field(ge=0, description="Recommended replicas.")
-
-
 class InferencePoolStatus(_StatusModel):
     """Observed state of an InferencePool, written by the operator."""
 
@@ -711,11 +755,23 @@ class InferencePoolStatus(_StatusModel):
         default=None, ge=0, description="metadata.generation of the spec the operator last acted on."
     )
     mode: Mode | None = Field(default=None, description="Mode the last tick ran in.")
-    replicas: int | None = Field(default=None, ge=0, description="Replicas of the target now.")
+    replicas: int | None = Field(default=None, ge=0, description="Replicas of the target now (spec).")
+    ready_replicas: int | None = Field(
+        default=None, ge=0, description="Ready pods that run the pool's batching setting (the capacity)."
+    )
     desired_replicas: int | None = Field(
         default=None, ge=0, description="Replicas the last decision asked for (or recommended)."
     )
-    batching: StatusBatching | None = Field(default=None, description="Batching settings in force.")
+    batching: StatusBatching | None = Field(
+        default=None, description="Batching setting the pool's pods run (or are being rolled out to)."
+    )
+    recommended_batching: StatusBatching | None = Field(
+        default=None, description="Batching setting the last decision chose (applied in Auto mode only)."
+    )
+    rollout: Rollout | None = Field(default=None, description="The batching rollout in progress, if any.")
+    node_demand: NodeDemand | None = Field(
+        default=None, description="GPUs this pool needs from its GPUNodePool (absent without nodePool)."
+    )
     signals: StatusSignals | None = Field(default=None, description="Signals of the last tick.")
     predicted_p99_ms: float | None = Field(
         default=None, ge=0, description="Latency quantile predicted for the chosen settings, in milliseconds."
@@ -724,24 +780,26 @@ class InferencePoolStatus(_StatusModel):
         default=None,
         ge=0,
         alias="costPer1kTokensUSD",
-        description="GPU cost per 1000 tokens served at the current rate, in US dollars.",
+        description="GPU cost per 1000 tokens served at the current rate, in US dollars (absent when no "
+        "token metric is available).",
     )
     latency_model: StatusLatencyModel | None = Field(default=None, description="Fitted latency model.")
     last_decision: LastDecision | None = Field(default=None, description="Last decision and its reasons.")
-    history: list[HistoryEntry] = Field(
-        default=[],
-        max_length=HISTORY_MAX_ITEMS,
-        description=f"Recent replica recommendations, oldest first (at most {HISTORY_MAX_ITEMS}).",
-        json_schema_extra={"x-kubernetes-list-type": "atomic"},
-    )
     last_batching_change_time: datetime | None = Field(
         default=None, description="When batching was last changed (rate limit)."
     )
     last_scale_time: datetime | None = Field(default=None, description="When replicas were last changed.")
+    policy_state: dict[str, Any] | None = Field(
+        default=None,
+        description="The policy's memory (latency-model fit sums, offsets, floors, tabu list, history with "
+        "rates, cooldown times), persisted so a restarted operator decides as if it had never stopped. "
+        "Written by the operator; its shape is versioned (`version`) and may change between releases.",
+    )
     conditions: list[Condition] = Field(
         default=[],
         max_length=CONDITIONS_MAX_ITEMS,
-        description="Standard conditions: Ready, MetricsAvailable, BatchingApplied, ScalingLimited, ...",
+        description="Standard conditions: Ready, Active, MetricsAvailable, BatchingApplied, ScalingLimited, "
+        "CostLimited, ...",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
 
@@ -756,7 +814,13 @@ class PoolDemand(_StatusModel):
 
     namespace: str = Field(max_length=63, description="Namespace of the InferencePool.")
     name: str = Field(max_length=253, description="Name of the InferencePool.")
-    gpus: int = Field(ge=0, description="GPUs the pool needs (replicas x gpusPerReplica, with lead time).")
+    gpus: int = Field(ge=0, description="GPUs the pool needs now (replicas x gpusPerReplica).")
+    gpus_ahead: int | None = Field(
+        default=None, ge=0, alias="gpusAhead", description="GPUs the pool needs one node lead time ahead."
+    )
+    hold: bool | None = Field(
+        default=None, description="True when the pool's demand may not shrink the node pool (see NodeDemand)."
+    )
 
 
 class GPUNodePoolStatus(_StatusModel):
@@ -777,6 +841,9 @@ class GPUNodePoolStatus(_StatusModel):
     demand_gpus: int | None = Field(
         default=None, ge=0, alias="demandGPUs", description="GPUs all admitted InferencePools need, summed."
     )
+    last_scale_time: datetime | None = Field(
+        default=None, description="When the operator last changed the node count (provisioning clock)."
+    )
     pools: list[PoolDemand] = Field(
         default=[],
         max_length=POOLS_MAX_ITEMS,
@@ -789,6 +856,6 @@ class GPUNodePoolStatus(_StatusModel):
     conditions: list[Condition] = Field(
         default=[],
         max_length=CONDITIONS_MAX_ITEMS,
-        description="Standard conditions: Ready, ProviderReady, ...",
+        description="Standard conditions: Ready, ProviderReady, NodesReady, NodesLimited.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )

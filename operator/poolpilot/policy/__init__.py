@@ -8,7 +8,7 @@ decision into the next state. docs/policy.md describes the model and every reaso
 from poolpilot.policy.decide import PolicyInputError, decide, triton_default_batching
 from poolpilot.policy.nodes import NodePoolInputError, size_node_pool
 from poolpilot.policy.params import DEFAULT_PARAMS, PolicyParams
-from poolpilot.policy.state import advance
+from poolpilot.policy.state import advance, batching_failed
 from poolpilot.policy.tick import PoolTick, paid_replicas_on, pool_tick
 from poolpilot.policy.types import (
     BatchingConfig,
@@ -36,6 +36,7 @@ __all__ = [
     "PoolTick",
     "Signals",
     "advance",
+    "batching_failed",
     "decide",
     "paid_replicas_on",
     "pool_tick",
