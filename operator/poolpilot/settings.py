@@ -58,6 +58,9 @@ class PrometheusSettings:
     """Older newest samples make MetricsAvailable=False (reason StaleMetrics)."""
     min_refresh_s: float = 5.0
     """Pools ticking within this many seconds share one batch of queries."""
+    tokens_metric: str = "poolpilot_executor_tokens_total"
+    """Counter of tokens served (per pod, labelled `model`), for cost per 1k tokens; empty = none.
+    Triton has no token counter of its own: LLM backends export one under their own name."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,19 @@ class OperatorSettings:
     """Timeout of each Kubernetes API request made by the operator."""
     daemon_cancellation_timeout_s: float = 10.0
     """How long a pool's tick may take to stop on deletion before kopf abandons it (never blocks forever)."""
+    batching_parallelism: int = 1
+    """Pods of one pool reloaded at once in a batching rollout (each reload ~doubles the model's memory)."""
+    batching_read_timeout_s: float = 5.0
+    """Timeout of reading one pod's model config (a pod that does not answer is not counted as ready)."""
+    batching_load_timeout_s: float = 600.0
+    """Timeout of one model reload on one pod (a real model takes minutes to load)."""
+    status_heartbeat_s: float = 60.0
+    """A steady pool's status (signals, policy memory) is rewritten at least this often; anything that
+    matters (a decision, a condition, a rollout step, node demand) is written at once."""
+    node_pool_interval_s: float = 15.0
+    """How often each GPUNodePool is sized from the demands of the pools that draw on it."""
+    demand_max_age_s: float = 120.0
+    """An InferencePool's node demand older than this is treated as hold (its operator tick stopped)."""
 
     @property
     def all_namespaces(self) -> bool:
@@ -97,6 +113,17 @@ class OperatorSettings:
             port = getattr(self, port_field)
             if port is not None and not 0 < port < 65536:
                 raise ValueError(f"{port_field}: {port} is not a TCP port (1..65535)")
+        if self.batching_parallelism < 1:
+            raise ValueError(f"batching_parallelism: {self.batching_parallelism} is below 1")
+        for name in (
+            "batching_read_timeout_s",
+            "batching_load_timeout_s",
+            "status_heartbeat_s",
+            "node_pool_interval_s",
+            "demand_max_age_s",
+        ):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}: {getattr(self, name)} must be > 0")
         if not self.prometheus.url.startswith(("http://", "https://")):
             raise ValueError(f"prometheus.url: {self.prometheus.url!r} must start with http:// or https://")
 

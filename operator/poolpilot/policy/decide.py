@@ -211,8 +211,12 @@ def decide(
     node_pool: GPUNodePoolSpec | None = None,
     params: PolicyParams = DEFAULT_PARAMS,
     paid_replicas: int | None = None,
+    hold_reason: str | None = None,
 ) -> Decision:
     """Decide replicas and batching for one pool at `now_s`; see the module docstring for the order.
+
+    `hold_reason`: the caller knows the signals cannot be trusted (Prometheus unreachable, values no fleet
+    can report, pods unreadable): hold, saying why.
 
     `paid_replicas`: replicas this pool may run on node-pool GPUs already paid for (nodes requested,
     whole; the caller knows the other tenants). None = unknown: nodes are not priced in.
@@ -224,7 +228,7 @@ def decide(
     model = state.latency_model or prior_model(params)
     if spec.mode == Mode.OFF:
         return _hold(spec, state, model, "mode Off: PoolPilot changes nothing on this pool", off=True)
-    problem = signal_problem(signals, spec, params)
+    problem = hold_reason or signal_problem(signals, spec, params)
     if problem is not None:
         return _hold(
             spec,

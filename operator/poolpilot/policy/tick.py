@@ -13,15 +13,27 @@ from poolpilot.api.types import GPUNodePoolSpec, InferencePoolSpec
 from poolpilot.policy.decide import decide
 from poolpilot.policy.params import DEFAULT_PARAMS, PolicyParams
 from poolpilot.policy.state import advance
-from poolpilot.policy.types import BatchingConfig, Decision, PoolState, Signals
+from poolpilot.policy.types import BatchingConfig, Decision, PolicyAction, PoolState, Signals
 
 
 @dataclass(frozen=True, slots=True)
 class PoolTick:
-    """A tick's outcome: the decision (apply only its `actions`) and the state to persist."""
+    """A tick's outcome: the decision (apply only its `actions`) and the state to persist.
+
+    `state` assumes every action was applied; when the caller could apply only some (a scale refused with
+    a conflict, say), `state_after(applied)` is the state to persist instead.
+    """
 
     decision: Decision
     state: PoolState
+    prior: PoolState
+    now_s: float
+
+    def state_after(self, applied: tuple[PolicyAction, ...]) -> PoolState:
+        """The state to persist when only `applied` of the decision's actions took effect."""
+        if set(applied) == set(self.decision.actions):
+            return self.state
+        return advance(self.prior, replace(self.decision, actions=applied), self.now_s)
 
 
 def pool_tick(
@@ -35,6 +47,7 @@ def pool_tick(
     node_pool: GPUNodePoolSpec | None = None,
     paid_replicas: int | None = None,
     params: PolicyParams = DEFAULT_PARAMS,
+    hold_reason: str | None = None,
 ) -> PoolTick:
     """Decide for one pool at `now_s` and return the state to carry into the next tick.
 
@@ -42,7 +55,8 @@ def pool_tick(
     controller may have changed it). `batching` is what the pods run, used only on the first tick
     (`state` None); afterwards the state carries the last applied setting, which the caller converges
     the pods to. `paid_replicas`: replicas this pool may run on node GPUs already paid for (see
-    `paid_replicas_on`), None when unknown.
+    `paid_replicas_on`), None when unknown. `hold_reason`: hold, saying why (the caller cannot trust
+    the signals).
     """
     if state is None:
         state = PoolState(replicas=replicas, batching=batching)

@@ -77,3 +77,40 @@ class SignalCache:
 
     async def close(self) -> None:
         await self._source.close()
+
+
+# Prometheus field name of each signal, for messages a person can match to a query.
+_SIGNAL_FIELDS: dict[str, str] = {
+    "p99_ms": "latency quantile (ms)",
+    "request_rate_per_s": "request rate (1/s)",
+    "inference_rate_per_s": "inference rate (1/s)",
+    "gpu_utilization": "GPU utilisation (0..1)",
+    "queue_time_us": "queue time (µs)",
+    "avg_batch_size": "batch size",
+    "compute_us_per_exec": "compute time per execution (µs)",
+    "pending_requests": "pending requests",
+    "mean_tokens_per_request": "tokens per request",
+}
+
+
+def signal_problems(signals: Signals) -> list[str]:
+    """Values no healthy Triton fleet can report (negative, infinite, utilisation above 1, batch below 1).
+
+    NaN is not a problem here: a missing series is reported as missing by the policy. A problem names the
+    signal, so the pool's condition says which query to look at.
+    """
+    problems = []
+    for name, label in _SIGNAL_FIELDS.items():
+        value = getattr(signals, name)
+        if math.isnan(value):
+            continue
+        if math.isinf(value) or value < 0:
+            problems.append(f"{name} = {value} ({label})")
+        elif name == "gpu_utilization" and value > 1.05:
+            problems.append(f"{name} = {value:.3g} above 1 ({label})")
+        elif name == "avg_batch_size" and value < 0.95:
+            problems.append(f"{name} = {value:.3g} below 1 ({label})")
+    for reason, rate in signals.failure_rate_by_reason.items():
+        if math.isinf(rate) or rate < 0:
+            problems.append(f"failure rate {reason} = {rate}")
+    return problems

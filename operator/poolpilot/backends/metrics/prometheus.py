@@ -100,6 +100,7 @@ def assemble(
             # request it is the request-weighted mean batch duration: the best per-execution estimate.
             compute_us_per_exec=_ratio(get("compute_infer_us_per_s"), success),
             pending_requests=get("pending_requests"),
+            mean_tokens_per_request=_ratio(get(queries.TOKENS), success),
             failure_rate_by_reason=dict(failures.get(per_model, {})),
             age_s=math.inf if math.isnan(newest) else max(0.0, now_s - newest),
         )
@@ -130,9 +131,13 @@ class PrometheusSource:
                         f"Prometheus at {self._base} answered HTTP {resp.status}: {text}"
                     )
                 payload: Mapping[str, Any] = await resp.json()
+        except ValueError as exc:  # a body that is not JSON (a proxy's error page, a truncated answer)
+            raise MetricsUnavailable(f"Prometheus at {self._base} sent a malformed answer: {exc}") from exc
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             reason = str(exc) or type(exc).__name__
             raise MetricsUnavailable(f"Prometheus at {self._base} is unreachable: {reason}") from exc
+        if not isinstance(payload, Mapping):
+            raise MetricsUnavailable(f"Prometheus at {self._base} sent a malformed answer: not an object")
         if payload.get("status") != "success":
             raise MetricsUnavailable(
                 f"Prometheus at {self._base} rejected a query ({payload.get('errorType')}: "
@@ -149,10 +154,15 @@ class PrometheusSource:
         failures: dict[tuple[str, str, str], dict[str, float]] = {}
         eval_times: list[float] = []
         for q, payload in zip(batch, payloads, strict=True):
-            if q.name == queries.FAILURES:
-                failures = parse_failures(payload)
-                continue
-            series, eval_time = parse_vector(payload, by_model=q.by_model)
+            try:
+                if q.name == queries.FAILURES:
+                    failures = parse_failures(payload)
+                    continue
+                series, eval_time = parse_vector(payload, by_model=q.by_model)
+            except (TypeError, ValueError, AttributeError, IndexError) as exc:
+                raise MetricsUnavailable(
+                    f"Prometheus at {self._base} sent a malformed answer to {q.name} ({q.promql}): {exc}"
+                ) from exc
             results[q.name] = series
             if not math.isnan(eval_time):
                 eval_times.append(eval_time)

@@ -42,6 +42,7 @@ _TEMPLATES: Final[dict[str, tuple[str, str]]] = {
 }
 
 FAILURES: Final = "failures_per_s"
+TOKENS: Final = "tokens_per_s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,5 +89,13 @@ def build_queries(settings: PrometheusSettings, quantiles: set[float]) -> list[Q
             by_model=True,
         )
     )
+    if settings.tokens_metric:
+        queries.append(
+            Query(
+                TOKENS,
+                f"sum by ({POOL_MODEL}) (rate({settings.tokens_metric}{SELECT}[{w}]))",
+                by_model=True,
+            )
+        )
     queries.extend(latency_query(settings, q) for q in sorted(quantiles))
     return queries
