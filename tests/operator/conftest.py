@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
+from poolpilot.backends.batching import FakeBatchingActuator
 from poolpilot.backends.kube import FakeCluster
 from poolpilot.backends.metrics.fake import FakeMetricSource
+from poolpilot.backends.pods import FakePods, PodInfo
 from poolpilot.backends.workloads import FakeWorkloads, Scale
 from poolpilot.reconcile.inferencepool import Services
 from poolpilot.reconcile.signals import SignalCache
@@ -83,6 +85,27 @@ def node_pool_body() -> Callable[..., dict[str, Any]]:
     return make
 
 
+def triton_default_config() -> dict[str, Any]:
+    """A model config as Triton's GET /config shows it for `dynamic_batching {}` with max_batch_size 64."""
+    return {
+        "name": "llama",
+        "platform": "",
+        "backend": "python",
+        "max_batch_size": 64,
+        "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [16]}],
+        "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [16]}],
+        "dynamic_batching": {
+            "preferred_batch_size": [64],
+            "max_queue_delay_microseconds": 0,
+            "preserve_ordering": False,
+            "priority_levels": 0,
+            "default_priority_level": 0,
+            "priority_queue_policy": {},
+        },
+        "instance_group": [{"name": "llama_0", "kind": "KIND_GPU", "count": 1, "gpus": [0]}],
+    }
+
+
 class FakeClock:
     def __init__(self) -> None:
         self.now_s = 1000.0
@@ -100,15 +123,42 @@ class World:
         self.cluster.namespaces["team-b"] = {"gpu-tier": "t4"}
         self.cluster.add("gpunodepools", node_pool)
         self.workloads = FakeWorkloads()
-        self.workloads.scales[("team-a", "chat-triton")] = Scale(3, 3)
-        self.workloads.scales[("team-b", "chat-triton")] = Scale(1, 1)
+        self.workloads.scales[("team-a", "chat-triton")] = Scale(3, 3, "app=chat", "1")
+        self.workloads.scales[("team-b", "chat-triton")] = Scale(1, 1, "app=chat", "1")
         self.metrics = FakeMetricSource()
         self.clock = FakeClock()
         self.settings = OperatorSettings()
         self.cache = SignalCache(self.metrics, min_refresh_s=5.0, clock=self.clock)
+        self.pods = FakePods()
+        self.batching = FakeBatchingActuator()
+        self.set_pods(3)
         self.services = Services(
-            cluster=self.cluster, workloads=self.workloads, signals=self.cache, settings=self.settings
+            cluster=self.cluster,
+            workloads=self.workloads,
+            signals=self.cache,
+            settings=self.settings,
+            pods=self.pods,
+            batching=self.batching,
         )
+
+    def set_pods(self, count: int, namespace: str = "team-a", *, ready: bool = True) -> list[PodInfo]:
+        """`count` Ready pods serving `llama` with Triton's default batching (as config.pbtxt gives)."""
+        pods = [
+            PodInfo(f"chat-triton-{i}", f"uid-pod-{i}", f"127.1.0.{i + 2}", ready, "node-0") for i in range(count)
+        ]
+        self.pods.set(namespace, "app=chat", pods)
+        for pod in pods:
+            self.batching.configs.setdefault((pod.url(8000), "llama"), triton_default_config())
+        return pods
+
+    def pod_configs(self, namespace: str = "team-a") -> list[Any]:
+        """What each pod's model runs now, in pod order."""
+        from poolpilot.backends.batching import batching_of
+
+        return [
+            batching_of(self.batching.configs[(p.url(8000), "llama")])
+            for p in self.pods.pods[(namespace, "app=chat")]
+        ]
 
     def status_of(self, name: str, namespace: str = "team-a") -> dict[str, Any]:
         return self.cluster.statuses[("inferencepools", namespace, name)]

@@ -23,6 +23,7 @@ SCALING_LIMITED: Final = "ScalingLimited"  # InferencePool: the decision was cla
 COST_LIMITED: Final = "CostLimited"  # InferencePool: meeting the objective would exceed the cost ceiling
 NODES_LIMITED: Final = "NodesLimited"  # GPUNodePool: demand exceeds nodes.max
 PROVIDER_READY: Final = "ProviderReady"  # GPUNodePool: the provider accepted the last change
+NODES_READY: Final = "NodesReady"  # GPUNodePool: every node asked for is Ready
 ACTIVE: Final = "Active"  # InferencePool: may the operator change anything (False in Recommend, Off)
 
 # ---- reasons
@@ -52,6 +53,14 @@ OVER_COST_CEILING: Final = "OverCostCeiling"
 AT_MAX_NODES: Final = "AtMaxNodes"
 PROVIDER_ERROR: Final = "ProviderError"
 PROVISIONING: Final = "Provisioning"
+PROVISIONING_TIMED_OUT: Final = "ProvisioningTimedOut"
+NODES_PROVISIONED: Final = "NodesProvisioned"
+METRICS_INVALID: Final = "MetricsInvalid"
+CONFLICTING_AUTOSCALER: Final = "ConflictingAutoscaler"
+NOT_ACTING: Final = "NotActing"
+POD_NOT_CONVERGED: Final = "PodNotConverged"
+COST_UNKNOWN: Final = "CostUnknown"
+WITHIN_COST: Final = "WithinCostCeiling"
 
 
 def get_condition(conditions: Sequence[types.Condition], type_: str) -> types.Condition | None:

@@ -648,6 +648,9 @@ class StatusBatching(_StatusModel):
     queue_timeout_microseconds: int | None = Field(
         default=None, ge=0, description="Triton default_queue_policy.default_timeout_microseconds."
     )
+    max_queue_size: int | None = Field(
+        default=None, ge=0, description="Triton default_queue_policy.max_queue_size (absent = unbounded)."
+    )
 
 
 class StatusSignals(_StatusModel):

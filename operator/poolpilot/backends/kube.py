@@ -61,6 +61,14 @@ class Cluster(Protocol):
     async def get_namespace_labels(self, name: str) -> dict[str, str] | None:
         """Labels of a namespace, or None when it does not exist."""
 
+    async def list_custom_objects(
+        self, api_version: str, plural: str, namespaces: tuple[str, ...] = ()
+    ) -> list[dict[str, Any]]:
+        """Every object of a namespaced kind, in `namespaces` (one call each) or cluster-wide (one call)."""
+
+    async def list_namespace_labels(self) -> dict[str, dict[str, str]]:
+        """Labels of every namespace (one call), by name."""
+
     async def patch_status(self, ref: ObjectRef, plural: str, status: Mapping[str, Any]) -> None:
         """Merge-patch the status subresource (lists such as conditions are replaced whole)."""
 
@@ -142,6 +150,31 @@ class KubernetesCluster:
                 return None
             raise ClusterError(f"cannot read namespace {name}: {exc}") from exc
         return dict((ns.metadata and ns.metadata.labels) or {})
+
+    async def list_custom_objects(
+        self, api_version: str, plural: str, namespaces: tuple[str, ...] = ()
+    ) -> list[dict[str, Any]]:
+        group, _, version = api_version.rpartition("/")
+        out: list[dict[str, Any]] = []
+        try:
+            if not namespaces:
+                result = await self._call(self._custom.list_cluster_custom_object, group, version, plural)
+                out.extend(result.get("items") or [])
+            for ns in namespaces:
+                result = await self._call(
+                    self._custom.list_namespaced_custom_object, group, version, ns, plural
+                )
+                out.extend(result.get("items") or [])
+        except Exception as exc:
+            raise ClusterError(f"cannot list {plural}: {exc}") from exc
+        return out
+
+    async def list_namespace_labels(self) -> dict[str, dict[str, str]]:
+        try:
+            result = await self._call(self._core.list_namespace)
+        except Exception as exc:
+            raise ClusterError(f"cannot list namespaces: {exc}") from exc
+        return {ns.metadata.name: dict(ns.metadata.labels or {}) for ns in result.items}
 
     async def patch_status(self, ref: ObjectRef, plural: str, status: Mapping[str, Any]) -> None:
         body = {"status": dict(status)}
@@ -241,12 +274,39 @@ class FakeCluster:
     async def get_custom_object(self, ref: ObjectRef, plural: str) -> dict[str, Any] | None:
         self.calls += 1
         obj = self.objects.get((plural, ref.namespace, ref.name))
-        return copy.deepcopy(obj) if obj is not None else None
+        if obj is None:
+            return None
+        out = copy.deepcopy(obj)
+        status = self.statuses.get((plural, ref.namespace, ref.name))
+        if status is not None:
+            out["status"] = copy.deepcopy(status)
+        return out
 
     async def get_namespace_labels(self, name: str) -> dict[str, str] | None:
         self.calls += 1
         labels = self.namespaces.get(name)
         return dict(labels) if labels is not None else None
+
+    async def list_custom_objects(
+        self, api_version: str, plural: str, namespaces: tuple[str, ...] = ()
+    ) -> list[dict[str, Any]]:
+        self.calls += max(1, len(namespaces))
+        out = []
+        for (p, ns, name), obj in sorted(
+            self.objects.items(), key=lambda kv: (kv[0][0], kv[0][1] or "", kv[0][2])
+        ):
+            if p != plural or (namespaces and ns not in namespaces):
+                continue
+            item = copy.deepcopy(obj)
+            status = self.statuses.get((p, ns, name))
+            if status is not None:
+                item["status"] = copy.deepcopy(status)
+            out.append(item)
+        return out
+
+    async def list_namespace_labels(self) -> dict[str, dict[str, str]]:
+        self.calls += 1
+        return {name: dict(labels) for name, labels in self.namespaces.items()}
 
     async def patch_status(self, ref: ObjectRef, plural: str, status: Mapping[str, Any]) -> None:
         self.calls += 1

@@ -1,8 +1,9 @@
-"""GPUNodePool handlers: validate and report provider state on create/update/resume.
+"""GPUNodePool handlers: a timer per node pool sizes it from the demands of its pools.
 
-No daemon and no required delete handler, so kopf puts no finalizer on node pools: deleting one
-never waits for the operator. InferencePools that referenced it report NodePoolNotFound on their
-next tick.
+A timer, not event handlers: demand changes arrive in InferencePool statuses, not in the node pool's own
+object, so the node pool is sized on its own clock (`settings.node_pool_interval_s`). No required delete
+handler, so kopf puts no finalizer on node pools: deleting one never waits for the operator (its pools
+report NodePoolNotFound on their next tick).
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ import kopf
 from poolpilot.api import types as api
 from poolpilot.handlers.services import Runtime
 from poolpilot.reconcile import gpunodepool as reconcile
+from poolpilot.reconcile import telemetry
 
 
-async def _reconcile(body: kopf.Body, memo: kopf.Memo) -> None:
+async def gpunodepool_timer(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     runtime: Runtime = memo["runtime"]
+    settings = runtime.services.settings
     snapshot = copy.deepcopy(dict(body))
     now = dt.datetime.now(dt.UTC).replace(microsecond=0)
     result = await reconcile.reconcile(
@@ -28,32 +31,24 @@ async def _reconcile(body: kopf.Body, memo: kopf.Memo) -> None:
         runtime.providers,
         snapshot,
         now=now,
-        previous_status=snapshot.get("status"),
+        previous_status=memo.get("last_status") or snapshot.get("status"),
+        namespaces=settings.namespaces,
+        demand_max_age_s=settings.demand_max_age_s,
+        heartbeat_s=settings.status_heartbeat_s,
+        last_write=memo.get("last_write"),
     )
     memo["last_status"] = result.status
-
-
-async def gpunodepool_create(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    await _reconcile(body, memo)
-
-
-async def gpunodepool_update(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    await _reconcile(body, memo)
-
-
-async def gpunodepool_resume(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    await _reconcile(body, memo)
+    memo["last_write"] = result.last_write
 
 
 async def gpunodepool_delete(
     name: str, logger: logging.Logger | logging.LoggerAdapter[Any], **_: Any
 ) -> None:
+    telemetry.forget_node_pool(name)
     logger.info("GPUNodePool %s deleted; pools referencing it will report NodePoolNotFound", name)
 
 
-def register(registry: kopf.OperatorRegistry) -> None:
+def register(registry: kopf.OperatorRegistry, *, interval_s: float) -> None:
     resource = (api.GROUP, api.VERSION, api.GPU_NODE_POOL_PLURAL)
-    kopf.on.create(*resource, registry=registry)(gpunodepool_create)
-    kopf.on.update(*resource, registry=registry)(gpunodepool_update)
-    kopf.on.resume(*resource, registry=registry)(gpunodepool_resume)
+    kopf.timer(*resource, registry=registry, interval=interval_s, initial_delay=0)(gpunodepool_timer)
     kopf.on.delete(*resource, registry=registry, optional=True)(gpunodepool_delete)

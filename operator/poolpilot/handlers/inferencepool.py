@@ -94,7 +94,13 @@ async def inferencepool_tick(
         previous = memo.get("last_status") or snapshot.get("status")
         now = dt.datetime.now(dt.UTC).replace(microsecond=0)
         try:
-            result = await reconcile.tick(runtime.services, snapshot, now=now, previous_status=previous)
+            result = await reconcile.tick(
+                runtime.services,
+                snapshot,
+                now=now,
+                previous_status=previous,
+                last_write=memo.get("last_write"),
+            )
         except asyncio.CancelledError:
             raise
         except Exception:  # keep ticking: a failed API call must not end the pool's daemon
@@ -102,6 +108,7 @@ async def inferencepool_tick(
             logger.exception("InferencePool tick failed; retrying at the next tick")
         else:
             memo["last_status"] = result.status
+            memo["last_write"] = result.last_write
         tick_s = (body.get("spec") or {}).get("tickSeconds") or settings.default_tick_s
         await _sleep(wake, stopped, float(tick_s))
 

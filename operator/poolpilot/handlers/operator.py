@@ -51,7 +51,7 @@ def kopf_settings(settings: OperatorSettings) -> kopf.OperatorSettings:
 def build_registry(settings: OperatorSettings) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     inferencepool.register(registry, cancellation_timeout_s=settings.daemon_cancellation_timeout_s)
-    gpunodepool.register(registry)
+    gpunodepool.register(registry, interval_s=settings.node_pool_interval_s)
 
     async def startup(memo: kopf.Memo, **_: Any) -> None:
         memo["runtime"] = build_runtime(settings)

@@ -6,9 +6,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from poolpilot.backends.batching import TritonBatching
 from poolpilot.backends.kube import KubernetesCluster, load_api_client
 from poolpilot.backends.metrics.prometheus import PrometheusSource
 from poolpilot.backends.nodepools.base import ProviderContext
+from poolpilot.backends.pods import KubernetesPods
 from poolpilot.backends.workloads import KubernetesWorkloads
 from poolpilot.reconcile.inferencepool import Services
 from poolpilot.reconcile.signals import SignalCache
@@ -25,6 +27,7 @@ class Runtime:
 
     async def close(self) -> None:
         await self.services.signals.close()
+        await self.services.batching.close()
         if self.api_client is not None:
             self.api_client.close()
 
@@ -38,5 +41,9 @@ def build_runtime(settings: OperatorSettings) -> Runtime:
         workloads=KubernetesWorkloads(api_client, request_timeout_s=timeout_s),
         signals=SignalCache(source, min_refresh_s=settings.prometheus.min_refresh_s, clock=time.monotonic),
         settings=settings,
+        pods=KubernetesPods(api_client, request_timeout_s=timeout_s),
+        batching=TritonBatching(
+            read_timeout_s=settings.batching_read_timeout_s, load_timeout_s=settings.batching_load_timeout_s
+        ),
     )
     return Runtime(services=services, providers=ProviderContext(api_client=api_client), api_client=api_client)

@@ -62,9 +62,16 @@ def pool_tick(
         state = PoolState(replicas=replicas, batching=batching)
     state = replace(state, replicas=replicas)
     decision = decide(
-        spec, state, signals, now_s, node_pool=node_pool, params=params, paid_replicas=paid_replicas
+        spec,
+        state,
+        signals,
+        now_s,
+        node_pool=node_pool,
+        params=params,
+        paid_replicas=paid_replicas,
+        hold_reason=hold_reason,
     )
-    return PoolTick(decision=decision, state=advance(state, decision, now_s))
+    return PoolTick(decision=decision, state=advance(state, decision, now_s), prior=state, now_s=now_s)
 
 
 def paid_replicas_on(node_pool: GPUNodePoolSpec, nodes: int, other_gpus: int, gpus_per_replica: int) -> int:

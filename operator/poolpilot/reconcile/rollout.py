@@ -13,6 +13,7 @@ the rollback) from what the pods run — the pods' configs, read every tick, are
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 import time
@@ -20,7 +21,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from poolpilot.api import types as api
-from poolpilot.backends.batching import BatchingActuator, BatchingError, same_batching
+from poolpilot.backends.batching import (
+    BatchingActuator,
+    BatchingError,
+    Running,
+    batching_of,
+    same_batching,
+    with_batching,
+)
 from poolpilot.policy.types import BatchingConfig
 from poolpilot.reconcile.observe import PodView
 
@@ -34,17 +42,18 @@ def to_status(b: BatchingConfig) -> api.StatusBatching:
         preferred_batch_size=list(b.preferred_batch_sizes) or None,
         instance_count=b.instance_count,
         queue_timeout_microseconds=b.queue_timeout_us,
+        max_queue_size=b.max_queue_size or None,
     )
 
 
-def from_status(s: api.StatusBatching, *, max_queue_size: int = 0) -> BatchingConfig:
+def from_status(s: api.StatusBatching) -> BatchingConfig:
     return BatchingConfig(
         max_queue_delay_us=s.max_queue_delay_microseconds or 0,
         max_batch_size=s.max_batch_size or 0,
         preferred_batch_sizes=tuple(s.preferred_batch_size or ()),
         instance_count=s.instance_count or 1,
         queue_timeout_us=s.queue_timeout_microseconds,
-        max_queue_size=max_queue_size,
+        max_queue_size=s.max_queue_size or 0,
     )
 
 
@@ -125,8 +134,6 @@ async def _apply_group(
     port: int,
     target: BatchingConfig,
 ) -> list[str | None]:
-    import asyncio
-
     async def one(view: PodView) -> str | None:
         assert view.running is not None
         try:
@@ -137,6 +144,18 @@ async def _apply_group(
         return None
 
     return list(await asyncio.gather(*(one(v) for v in group)))
+
+
+def after(pods: Sequence[PodView], changed: Sequence[str], target: BatchingConfig) -> tuple[PodView, ...]:
+    """The pods as they are once those named in `changed` were reloaded onto `target`."""
+    names = set(changed)
+    out = []
+    for view in pods:
+        if view.name in names and view.running is not None:
+            config = with_batching(view.running.config, target)
+            view = replace(view, running=Running(config, batching_of(config)))
+        out.append(view)
+    return tuple(out)
 
 
 def started(
@@ -168,9 +187,9 @@ def replace_rollout(rollout: api.Rollout, **changes: object) -> api.Rollout:
 __all__ = [
     "Split",
     "Step",
+    "after",
     "converge",
     "from_status",
-    "replace",
     "rolling_back",
     "split",
     "started",

@@ -12,6 +12,9 @@ class NodePoolProvider(Protocol):
     async def get_nodes(self) -> int:
         """Current desired node count. Raises `ProviderError` when the backing object is unreadable."""
 
+    async def get_ready_nodes(self) -> int:
+        """Nodes of the pool that are Ready (serving). Raises `ProviderError` when it cannot tell."""
+
     async def set_nodes(self, count: int) -> None:
         """Ask for `count` nodes. Idempotent; raises `ProviderError` on failure."""
 

@@ -2,18 +2,42 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 from poolpilot.api import types as api
 from poolpilot.backends.kube import ClusterError, ObjectRef
 from poolpilot.backends.nodepools.base import ProviderContext, ProviderError
-from poolpilot.backends.workloads import KubernetesWorkloads
+from poolpilot.backends.workloads import KubernetesWorkloads, plural_of
 
 API_VERSION = "cluster.x-k8s.io/v1beta1"
 
 
 class ClusterAPINodePool:
-    def __init__(self, ref: ObjectRef, scaler: KubernetesWorkloads) -> None:
+    def __init__(self, ref: ObjectRef, scaler: KubernetesWorkloads, api_client: Any) -> None:
         self._ref = ref
         self._scaler = scaler
+        self._api_client = api_client
+
+    async def get_ready_nodes(self) -> int:
+        """`status.readyReplicas` of the MachineDeployment/MachinePool (machines whose node is Ready)."""
+        from kubernetes import client
+
+        custom: Any = client.CustomObjectsApi(self._api_client)
+        plural = plural_of(self._ref)
+        try:
+            obj = await asyncio.to_thread(
+                custom.get_namespaced_custom_object,
+                self._ref.group,
+                self._ref.version,
+                self._ref.namespace,
+                plural,
+                self._ref.name,
+            )
+        except Exception as exc:
+            raise ProviderError(f"cannot read {self._ref}: {exc}") from exc
+        ready = (obj.get("status") or {}).get("readyReplicas") or 0
+        return int(ready)
 
     async def get_nodes(self) -> int:
         try:
@@ -46,4 +70,4 @@ def build(name: str, spec: api.GPUNodePoolSpec, ctx: ProviderContext) -> Cluster
     )
     assert obj_name is not None
     ref = ObjectRef(API_VERSION, kind, obj_name, namespace=cfg.namespace)
-    return ClusterAPINodePool(ref, KubernetesWorkloads(ctx.api_client))
+    return ClusterAPINodePool(ref, KubernetesWorkloads(ctx.api_client), ctx.api_client)

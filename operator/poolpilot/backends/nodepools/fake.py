@@ -21,6 +21,9 @@ class FakeNodePool:
     async def get_nodes(self) -> int:
         return self._nodes[self._name]
 
+    async def get_ready_nodes(self) -> int:
+        return self._nodes[self._name]  # in memory, a node is Ready the moment it is asked for
+
     async def set_nodes(self, count: int) -> None:
         if count < 0:
             raise ProviderError(f"fake node pool {self._name}: node count {count} is negative")

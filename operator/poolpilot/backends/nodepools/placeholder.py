@@ -71,6 +71,14 @@ class PlaceholderNodePool:
             raise ProviderError(str(exc)) from exc
         return 0 if scale is None else scale.spec_replicas
 
+    async def get_ready_nodes(self) -> int:
+        """Ready placeholder pods: each holds a whole node the node autoscaler brought up."""
+        try:
+            scale = await self._scaler.get_scale(self._ref)
+        except ClusterError as exc:
+            raise ProviderError(str(exc)) from exc
+        return 0 if scale is None else scale.status_replicas
+
     async def set_nodes(self, count: int) -> None:
         try:
             if await self._scaler.get_scale(self._ref) is None:
