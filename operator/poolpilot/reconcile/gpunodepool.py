@@ -290,7 +290,7 @@ def _fill_status(
         nodes=decision.current_nodes,
         desiredNodes=decision.nodes,
         readyNodes=ready_nodes,
-        gpus=decision.nodes * spec.gpus_per_node,
+        gpus=decision.current_nodes * spec.gpus_per_node,
         demandGPUs=decision.gpus_now,
         pools=[
             api.PoolDemand(

@@ -25,7 +25,7 @@ from typing import Any
 from poolpilot.api import conditions as cond
 from poolpilot.api import types as api
 from poolpilot.backends.batching import same_batching
-from poolpilot.backends.kube import ClusterError, ObjectRef
+from poolpilot.backends.kube import Cluster, ClusterError, ObjectRef
 from poolpilot.backends.workloads import ScaleConflict
 from poolpilot.policy import PoolTick, batching_failed, paid_replicas_on, pool_tick
 from poolpilot.policy.persist import StateFormatError, state_from_wire, state_to_wire
@@ -187,7 +187,8 @@ def decide(observed: Observed, ref: ObjectRef, previous: Mapping[str, Any] | Non
 
 @dataclass
 class Acted:
-    """What acting did (mutable while the tick acts; frozen into the report)."""
+    """What acting did (mutable while the tick acts). Decision Events are sent as they happen: an
+    operator killed mid-rollout has already said that the rollout started."""
 
     applied: tuple[PolicyAction, ...] = ()
     state: PoolState | None = None
@@ -196,12 +197,16 @@ class Acted:
     rollout_done: bool = False
     convergence_error: str | None = None
     on_target: int = 0
-    events: list[tuple[str, str, str]] | None = None  # (type, reason, message)
+    events: list[tuple[str, str, str]] | None = None  # (type, reason, message), already sent
+    cluster: Cluster | None = None
+    ref: ObjectRef | None = None
 
-    def event(self, type_: str, reason: str, message: str) -> None:
+    async def event(self, type_: str, reason: str, message: str) -> None:
         if self.events is None:
             self.events = []
         self.events.append((type_, reason, message))
+        if self.cluster is not None and self.ref is not None:
+            await self.cluster.emit_event(self.ref, type_=type_, reason=reason, message=message)
 
 
 def _may_act(observed: Observed, plan: Plan) -> bool:
@@ -219,7 +224,7 @@ async def act(
     now: dt.datetime,
 ) -> Acted:
     """Apply the decision (Auto only): replicas, then the batching rollout/convergence."""
-    acted = Acted(state=plan.tick.state, on_target=plan.ready_on_setting)
+    acted = Acted(state=plan.tick.state, on_target=plan.ready_on_setting, cluster=svc.cluster, ref=ref)
     acted.rollout = _previous_rollout(previous)
     if not _may_act(observed, plan):
         acted.state = plan.tick.state
@@ -242,13 +247,13 @@ async def _scale(svc: Services, observed: Observed, decision: Decision, ref: Obj
     try:
         await svc.workloads.set_replicas(target, decision.replicas, resource_version=scale.resource_version)
     except ScaleConflict as exc:
-        acted.event(NORMAL, "ScaleConflict", f"{exc}; deciding again next tick")
+        await acted.event(NORMAL, "ScaleConflict", f"{exc}; deciding again next tick")
         return False
     except ClusterError as exc:
-        acted.event(WARNING, "ScaleFailed", str(exc))
+        await acted.event(WARNING, "ScaleFailed", str(exc))
         return False
     direction = "ScaledOut" if decision.replicas > before else "ScaledIn"
-    acted.event(NORMAL, direction, f"replicas {before}→{decision.replicas}: {decision.reasons[0]}")
+    await acted.event(NORMAL, direction, f"replicas {before}→{decision.replicas}: {decision.reasons[0]}")
     telemetry.DECISIONS.labels(
         ref.namespace, ref.name, "scale_out" if direction == "ScaledOut" else "scale_in"
     ).inc()
@@ -278,7 +283,7 @@ async def _batching(
             previous = ro.from_status(acted.rollout.previous)  # the last setting every pod ran
         on = len(ro.split(observed.pods, target).on_target)
         acted.rollout = ro.started(target, previous, now, len(observed.pods), on)
-        acted.event(
+        await acted.event(
             NORMAL, "BatchingRolloutStarted", f"{describe(target)}: {_batching_reason(plan.decision)}"
         )
         telemetry.ROLLOUTS.labels(ns, name, "started").inc()
@@ -302,7 +307,7 @@ async def _batching(
         return  # more next tick (time budget spent, or pods that could not be read yet)
     if acted.rollout is not None:
         acted.rollout_done = True
-        acted.event(NORMAL, "BatchingRolledOut", f"every Ready pod runs {describe(target)}")
+        await acted.event(NORMAL, "BatchingRolledOut", f"every Ready pod runs {describe(target)}")
         telemetry.ROLLOUTS.labels(ns, name, "completed").inc()
         acted.rollout = None
         await writer.patch({"rollout": None}, now=now)
@@ -359,7 +364,7 @@ async def _fail_rollout(
     await writer.patch(_rollout_patch(acted), now=now)
     pods = ro.after(observed.pods, step.changed, target)
     rolled = len(ro.split(pods, target).on_target)
-    acted.event(
+    await acted.event(
         WARNING,
         cond.BATCHING_ROLLED_BACK,
         f"{describe(target)} failed on {step.failed}; rolling {rolled} pod{'s' if rolled != 1 else ''} "
@@ -469,12 +474,16 @@ def _status_signals(signals: Signals, now: dt.datetime) -> dict[str, Any]:
     observed_at = None
     if math.isfinite(signals.age_s):
         observed_at = now - dt.timedelta(seconds=signals.age_s)
+
+    def valid(x: float) -> float:  # what no fleet can report is shown as absent (the condition names it)
+        return x if math.isfinite(x) and x >= 0 else math.nan
+
     return api.StatusSignals(
-        p99_ms=signals.p99_ms,
-        request_rate_per_second=signals.request_rate_per_s,
-        gpu_utilization=signals.gpu_utilization,
-        queue_time_ms=signals.queue_time_us / 1000.0,
-        avg_batch_size=signals.avg_batch_size,
+        p99_ms=valid(signals.p99_ms),
+        request_rate_per_second=valid(signals.request_rate_per_s),
+        gpu_utilization=valid(signals.gpu_utilization),
+        queue_time_ms=valid(signals.queue_time_us) / 1000.0,
+        avg_batch_size=valid(signals.avg_batch_size),
         observed_at=observed_at,
     ).to_wire()
 
@@ -815,8 +824,9 @@ async def _emit(
     previous: Mapping[str, Any] | None,
     status: Mapping[str, Any],
 ) -> list[tuple[str, str]]:
-    """Decision Events (scale, rollout, recommendation) and condition transitions."""
-    out: list[tuple[str, str, str]] = list(acted.events or []) if acted is not None else []
+    """Recommendation and condition-transition Events (decision Events were sent while acting)."""
+    sent = list(acted.events or []) if acted is not None else []
+    out: list[tuple[str, str, str]] = []
     if plan is not None and (plan.decision.mode != "Auto" or plan.refused is not None):
         prev = previous or {}
         changed = prev.get("desiredReplicas") != status.get("desiredReplicas") or prev.get(
@@ -826,11 +836,13 @@ async def _emit(
         if changed and action not in ("Hold", "Steady"):
             out.append((NORMAL, "Recommendation", "; ".join(_reasons(plan))[:1024]))
             telemetry.DECISIONS.labels(ref.namespace, ref.name, "recommend").inc()
+    already = {reason for _, reason, _ in sent}
     for c, type_ in transitions(before, after):
-        out.append((type_, c.reason, f"{c.type}={c.status.value}: {c.message}"))
+        if c.reason not in already:  # a rollback's Warning already said it
+            out.append((type_, c.reason, f"{c.type}={c.status.value}: {c.message}"))
     for type_, reason, message in out:
         await svc.cluster.emit_event(ref, type_=type_, reason=reason, message=message)
-    return [(reason, type_) for type_, reason, _ in out]
+    return [(reason, type_) for type_, reason, _ in [*sent, *out]]
 
 
 def _record(

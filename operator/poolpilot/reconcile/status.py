@@ -17,9 +17,10 @@ from typing import Any
 from poolpilot.backends.kube import Cluster, ObjectRef, merge_patch
 
 # Parts of an InferencePool/GPUNodePool status that move on a steady pool; refreshed on the heartbeat.
-_VOLATILE_KEYS = frozenset(
-    {"signals", "policyState", "latencyModel", "costPer1kTokensUSD", "predictedP99Ms", "gpus"}
-)
+# `policyState` is NOT among them: a restarted operator must find the memory of the last tick, so any
+# change of it is written (the policy learns once per metrics window, so a steady pool's memory changes
+# about once a minute, not every tick).
+_VOLATILE_KEYS = frozenset({"signals", "latencyModel", "costPer1kTokensUSD", "predictedP99Ms", "gpus"})
 
 
 def merge_patch_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,17 @@ NORMAL: Final = "Normal"
 WARNING: Final = "Warning"
 
 _BAD_WHEN_FALSE: Final = frozenset({cond.READY, cond.METRICS_AVAILABLE, cond.PROVIDER_READY})
+# Reasons a person must look at whatever the condition type (reported as Warning Events).
+_WARNING_REASONS: Final = frozenset(
+    {
+        cond.CONFLICTING_AUTOSCALER,
+        cond.PROVISIONING_TIMED_OUT,
+        cond.POD_NOT_CONVERGED,
+        cond.OVER_COST_CEILING,
+        cond.AT_MAX_REPLICAS,
+        cond.AT_MAX_NODES,
+    }
+)
 
 
 def previous_conditions(previous_status: Mapping[str, Any] | None) -> tuple[api.Condition, ...]:
@@ -37,6 +48,10 @@ def transitions(
         old = cond.get_condition(before, new.type)
         if old is not None and old.status == new.status and old.reason == new.reason:
             continue
-        bad = new.type in _BAD_WHEN_FALSE and new.status == api.ConditionStatus.FALSE
+        bad = (new.type in _BAD_WHEN_FALSE and new.status == api.ConditionStatus.FALSE) or (
+            new.reason in _WARNING_REASONS and new.status != api.ConditionStatus.FALSE
+            if new.type in (cond.SCALING_LIMITED, cond.COST_LIMITED, cond.NODES_LIMITED)
+            else new.reason in _WARNING_REASONS
+        )
         changed.append((new, WARNING if bad else NORMAL))
     return changed
