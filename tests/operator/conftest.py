@@ -144,7 +144,8 @@ class World:
     def set_pods(self, count: int, namespace: str = "team-a", *, ready: bool = True) -> list[PodInfo]:
         """`count` Ready pods serving `llama` with Triton's default batching (as config.pbtxt gives)."""
         pods = [
-            PodInfo(f"chat-triton-{i}", f"uid-pod-{i}", f"127.1.0.{i + 2}", ready, "node-0") for i in range(count)
+            PodInfo(f"chat-triton-{i}", f"uid-pod-{i}", f"127.1.0.{i + 2}", ready, "node-0")
+            for i in range(count)
         ]
         self.pods.set(namespace, "app=chat", pods)
         for pod in pods:

@@ -11,7 +11,9 @@ from poolpilot.reconcile import gpunodepool
 NOW = dt.datetime(2026, 12, 3, 12, 0, 0, tzinfo=dt.UTC)
 
 
-def _pool(world: Any, pool_body: Any, name: str, namespace: str, *, now_gpus: int, ahead: int, **kw: Any) -> None:
+def _pool(
+    world: Any, pool_body: Any, name: str, namespace: str, *, now_gpus: int, ahead: int, **kw: Any
+) -> None:
     body = pool_body(name=name, namespace=namespace, **kw.pop("spec", {}))
     world.cluster.add("inferencepools", body)
     demand = {
@@ -81,7 +83,9 @@ async def test_held_or_stale_demands_never_shrink_the_pool(
     assert any(e.reason == "NodesReleased" for e in world.cluster.events)
 
 
-async def test_demand_over_max_is_capped_and_reported(world: Any, pool_body: Any, node_pool_body: Any) -> None:
+async def test_demand_over_max_is_capped_and_reported(
+    world: Any, pool_body: Any, node_pool_body: Any
+) -> None:
     body = node_pool_body(provider={"fake": {"nodes": 1}}, nodes={"min": 0, "max": 2})
     _pool(world, pool_body, "chat", "team-a", now_gpus=30, ahead=30)
     await _size(world, body, ProviderContext())
@@ -120,7 +124,9 @@ async def test_nodes_not_ready_long_after_the_order_is_reported_as_timed_out(
         assert (nodes_ready["status"], nodes_ready["reason"]) == ("False", "Provisioning")
         later = NOW + dt.timedelta(seconds=400)
         _pool(world, pool_body, "chat", "team-a", now_gpus=12, ahead=12, time=later)
-        second = await gpunodepool.reconcile(world.cluster, ctx, body, now=later, previous_status=first.status)
+        second = await gpunodepool.reconcile(
+            world.cluster, ctx, body, now=later, previous_status=first.status
+        )
     finally:
         fake.FakeNodePool.get_ready_nodes = original  # type: ignore[method-assign]
     nodes_ready = next(c for c in second.status["conditions"] if c["type"] == "NodesReady")
