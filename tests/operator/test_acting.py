@@ -253,7 +253,7 @@ async def test_a_pod_that_cannot_be_read_is_not_counted_ready(world: Any, pool_b
 
 
 async def _run(world: Any, body: dict[str, Any], *, restart_at: set[int]) -> list[tuple[Any, ...]]:
-    """Decisions over a load that rises, bursts and falls; restarts the operator before ticks in `restart_at`."""
+    """Decisions over a rise, a burst and a fall; the operator restarts before the ticks in `restart_at`."""
     driver = Driver(world, body)
     load = [60.0] * 8 + [400.0] * 12 + [900.0] * 6 + [150.0] * 40
     out = []
