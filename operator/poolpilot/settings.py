@@ -72,6 +72,9 @@ class OperatorSettings:
     standalone: bool = True
     """Run without kopf peering (a single replica); False requires `peering_name`."""
     peering_name: str | None = None
+    peering_priority: int | None = None
+    """kopf peering priority: the highest live priority acts, the others stand by. None = derived from the
+    start time (`seniority_priority`), so a running leader keeps leading when a standby starts."""
     liveness_port: int | None = None
     """Port of kopf's liveness endpoint `/healthz` (None = disabled)."""
     metrics_port: int | None = None
@@ -126,6 +129,17 @@ class OperatorSettings:
                 raise ValueError(f"{name}: {getattr(self, name)} must be > 0")
         if not self.prometheus.url.startswith(("http://", "https://")):
             raise ValueError(f"prometheus.url: {self.prometheus.url!r} must start with http:// or https://")
+
+
+def seniority_priority(start_epoch_s: float, tie_breaker: int) -> int:
+    """A kopf peering priority that is higher for an operator started earlier.
+
+    kopf pauses every operator that sees a live peer of higher priority, and *all* of them when two share
+    a priority, so replicas of one Deployment need distinct priorities. Older first means a new standby
+    never takes over from a running leader (no needless hand-over on every rollout of the operator);
+    `tie_breaker` (0..999, random) separates replicas started within the same second.
+    """
+    return (10**10 - int(start_epoch_s)) * 1000 + tie_breaker % 1000
 
 
 def prometheus_url_from_env(environ: dict[str, str] | None = None) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 import kopf
 
 from poolpilot.handlers import gpunodepool, inferencepool
-from poolpilot.handlers.services import Runtime, build_runtime
+from poolpilot.handlers.services import Runtime, build_runtime, ensure_peering
 from poolpilot.settings import ANNOTATION_PREFIX, FINALIZER, LogFormat, OperatorSettings
 
 logger = logging.getLogger(__name__)
@@ -55,6 +55,8 @@ def build_registry(settings: OperatorSettings) -> kopf.OperatorRegistry:
 
     async def startup(memo: kopf.Memo, **_: Any) -> None:
         memo["runtime"] = build_runtime(settings)
+        if settings.peering_name:
+            await ensure_peering(memo["runtime"], settings)
         logger.info(
             "PoolPilot operator started: namespaces=%s prometheus=%s",
             ",".join(settings.namespaces) or "*",
@@ -89,6 +91,7 @@ def run(settings: OperatorSettings) -> int:
         namespaces=list(settings.namespaces),
         standalone=settings.standalone,
         peering_name=settings.peering_name,
+        priority=settings.peering_priority or 0,
         liveness_endpoint=liveness,
     )
     return 0

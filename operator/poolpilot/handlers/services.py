@@ -47,3 +47,38 @@ def build_runtime(settings: OperatorSettings) -> Runtime:
         ),
     )
     return Runtime(services=services, providers=ProviderContext(api_client=api_client), api_client=api_client)
+
+
+async def ensure_peering(runtime: Runtime, settings: OperatorSettings) -> None:
+    """Create the kopf peering object(s) the replicas coordinate through, if missing.
+
+    kopf keeps its keep-alives in the object's status but never creates it; without it, mandatory peering
+    would keep every replica paused. Cluster-wide operators use a ClusterKopfPeering, namespaced ones a
+    KopfPeering in each watched namespace (kopf's own choice).
+    """
+    import asyncio
+
+    from kubernetes import client
+
+    assert settings.peering_name is not None
+    custom: Any = client.CustomObjectsApi(runtime.api_client)
+    name = settings.peering_name
+
+    async def create(call: Any, *args: Any) -> None:
+        try:
+            await asyncio.to_thread(call, *args, _request_timeout=settings.request_timeout_s)
+        except Exception as exc:
+            if getattr(exc, "status", None) != 409:  # 409: another replica created it first
+                raise
+
+    if settings.all_namespaces:
+        body = {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": name}}
+        await create(custom.create_cluster_custom_object, "kopf.dev", "v1", "clusterkopfpeerings", body)
+        return
+    for ns in settings.namespaces:
+        body = {
+            "apiVersion": "kopf.dev/v1",
+            "kind": "KopfPeering",
+            "metadata": {"name": name, "namespace": ns},
+        }
+        await create(custom.create_namespaced_custom_object, "kopf.dev", "v1", ns, "kopfpeerings", body)
