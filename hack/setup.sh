@@ -29,6 +29,8 @@ log "kwok"
 bash hack/build-kwok.sh
 log "helm"
 bash hack/build-helm.sh
+log "Cluster API CRDs (for the clusterAPI provider's tests)"
+bash hack/fetch-capi-crds.sh
 
 PY="${PYTHON:-python3}"
 if [[ ! -x .venv/bin/python ]]; then
