@@ -249,7 +249,9 @@ def test_valid_pool_becomes_ready_and_reports_metrics_unavailable(
     assert metrics is not None
     assert (metrics["status"], metrics["reason"]) == ("False", "MetricsUnreachable")
     assert operator.prometheus_url in metrics["message"]
-    assert status["lastDecision"]["action"] == "ObserveOnly"
+    # No signals: an Auto pool holds (touches nothing) and says why.
+    assert status["lastDecision"]["action"] == "Hold"
+    assert any("metrics unavailable" in r for r in status["lastDecision"]["reasons"])
     wait_for(
         lambda: (
             "poolpilot.io/finalizer"
