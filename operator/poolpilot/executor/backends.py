@@ -39,6 +39,12 @@ EMULATED_MEMORY_KEY = "emulated_instance_memory_mb"
 TOKENS_INPUT = "TOKENS"
 
 
+def request_tokens(item: WorkItem) -> int:
+    """The tokens a request carries: its integer `TOKENS` input, summed (0 without one)."""
+    arr = item.inputs.get(TOKENS_INPUT)
+    return int(arr.sum()) if arr is not None and arr.dtype.kind in "iu" else 0
+
+
 class BackendError(Exception):
     """A model failed to load or to execute; `status` is the HTTP status Triton would use."""
 
@@ -154,12 +160,7 @@ class EmulatedBackend:
         size = sum(_batch_dim(item, self._batching) for item in batch)
         ms = self.fixed_ms + self.per_item_ms * size
         if self.per_token_ms:
-            tokens = 0
-            for item in batch:
-                arr = item.inputs.get(TOKENS_INPUT)
-                if arr is not None and arr.dtype.kind in "iu":
-                    tokens += int(arr.sum())
-            ms += self.per_token_ms * tokens
+            ms += self.per_token_ms * sum(request_tokens(item) for item in batch)
         return ms / 1000.0
 
     async def execute(self, batch: list[WorkItem]) -> BatchOutcome:

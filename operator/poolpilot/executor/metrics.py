@@ -36,6 +36,13 @@ COUNTERS: dict[str, str] = {
     "nv_inference_compute_output_duration_us": "Cumulative inference compute output duration in microseconds "
     "(does not include cached requests)",
 }
+TOKENS_COUNTER = "poolpilot_executor_tokens_total"
+EXTRA_COUNTERS: dict[str, str] = {
+    # Not a Triton metric: Triton counts inferences, not tokens. A production fleet gets token throughput from
+    # the model (Triton's custom-metrics API) or its gateway; the operator reads it under the name set by
+    # `--tokens-metric` for cost per 1k tokens. Our executor exports it so the sandbox has one.
+    TOKENS_COUNTER: "Tokens in successfully served requests (the integer TOKENS input, summed)",
+}
 LATENCY_COUNTERS = frozenset(
     {
         "nv_inference_request_duration_us",
@@ -144,7 +151,7 @@ class MetricsRegistry:
     def __init__(self, settings: MetricsSettings, clock: Callable[[], float]) -> None:
         self.settings = settings
         self._clock = clock
-        self._counters: dict[str, dict[Labels, float]] = {name: {} for name in COUNTERS}
+        self._counters: dict[str, dict[Labels, float]] = {name: {} for name in {**COUNTERS, **EXTRA_COUNTERS}}
         self._summaries: dict[str, dict[Labels, _Window]] = {name: {} for name in SUMMARIES}
         self.gauge_sources: list[Callable[[], Iterable[tuple[str, str, Labels, float]]]] = []
         """Callables yielding (family, help, labels, value) gauge samples at scrape time."""
@@ -185,7 +192,7 @@ class MetricsRegistry:
 
     def render(self) -> str:
         lines: list[str] = []
-        for name, help_text in COUNTERS.items():
+        for name, help_text in {**COUNTERS, **EXTRA_COUNTERS}.items():
             series = self._counters[name]
             if not series:
                 continue

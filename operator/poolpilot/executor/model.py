@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from poolpilot.executor.backends import Backend, BackendError, BatchOutcome, WorkItem
-from poolpilot.executor.metrics import BusyTracker, Labels, MetricsRegistry
+from poolpilot.executor.backends import Backend, BackendError, BatchOutcome, WorkItem, request_tokens
+from poolpilot.executor.metrics import TOKENS_COUNTER, BusyTracker, Labels, MetricsRegistry
 from poolpilot.executor.tensors import CONFIG_TO_DATATYPE, DecodedRequest
 from poolpilot.triton.batcher import QUEUE_FULL_MESSAGE, TIMEOUT_MESSAGE, BatcherConfig, BatchQueue
 
@@ -340,6 +340,9 @@ class LoadedModel:
             st.inference_count += p.batch_size
             m.inc("nv_inference_request_success", lbl)
             m.inc("nv_inference_count", lbl, p.batch_size)
+            tokens = request_tokens(p.item)
+            if tokens:
+                m.inc(TOKENS_COUNTER, lbl, tokens)
             for name, ns in (
                 ("nv_inference_request_duration_us", total_ns),
                 ("nv_inference_queue_duration_us", queue_ns),
