@@ -420,7 +420,9 @@ def test_schema_is_structural(schema: dict[str, Any]) -> None:
         if node.get("x-kubernetes-preserve-unknown-fields"):
             # The fake provider's free-form options, and the policy's own memory (its shape is the policy's,
             # versioned by persist.py, bounded by POLICY_STATE_MAX_BYTES).
-            assert path in {".spec.provider.fake", ".status.policyState"}, f"{path} preserves unknown fields without need"
+            assert path in {".spec.provider.fake", ".status.policyState"}, (
+                f"{path} preserves unknown fields without need"
+            )
 
 
 def test_every_cel_rule_has_a_message(schema: dict[str, Any]) -> None:

@@ -10,11 +10,8 @@ signals up (the recovery path) without a restart.
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,7 +19,8 @@ from typing import Any, TypeVar
 import pytest
 
 from poolpilot import loadgen, loadgen_schedule
-from poolpilot.testing.controlplane import ControlPlane
+from poolpilot.testing import chart
+from poolpilot.testing.controlplane import ControlPlane, free_port
 from poolpilot.testing.prometheus import ExecutorProcess, write_emulated_model
 
 pytestmark = pytest.mark.cluster
@@ -31,48 +29,13 @@ REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+class Operator(chart.OperatorProcess):
+    """The operator under test, with where its Prometheus is (or will be)."""
 
-
-class Operator:
-    def __init__(
-        self,
-        proc: subprocess.Popen[bytes],
-        log: Path,
-        prometheus_url: str,
-        liveness_port: int,
-        metrics_port: int,
-        prometheus_port: int,
-    ):
-        self.proc = proc
-        self.log = log
-        self.prometheus_url = prometheus_url
-        self.liveness_port = liveness_port
-        self.metrics_port = metrics_port
+    def __init__(self, cmd: list[str], env: dict[str, str], log: Path, prometheus_port: int, **ports: int):
+        super().__init__(cmd, env, log, **ports)
         self.prometheus_port = prometheus_port
-
-    def own_metrics(self) -> dict[str, float]:
-        """The operator's /metrics page as {series: value}."""
-        from prometheus_client.parser import text_string_to_metric_families
-
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as resp:
-            text = resp.read().decode()
-        out = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
-                out[f"{sample.name}{{{labels}}}"] = sample.value
-        return out
-
-    def tail(self, n: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
-
-    def assert_alive(self) -> None:
-        assert self.proc.poll() is None, f"operator exited with {self.proc.returncode}:\n{self.tail()}"
+        self.prometheus_url = f"http://127.0.0.1:{prometheus_port}"
 
 
 @pytest.fixture(scope="module")
@@ -97,43 +60,27 @@ def operator(
     prometheus_url = f"http://127.0.0.1:{prometheus_port}"
     liveness_port = free_port()
     metrics_port = free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "poolpilot.cli",
-        "run",
-        "--standalone",
-        "--all-namespaces",
-        "--prometheus-url",
-        prometheus_url,
-        "--liveness-port",
-        str(liveness_port),
-        "--metrics-port",
-        str(metrics_port),
-        "--log-format",
-        "json",
-    ]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, env=control_plane.env(), stdout=out, stderr=subprocess.STDOUT)
-    op = Operator(proc, log, prometheus_url, liveness_port, metrics_port, prometheus_port)
+    # The operator as the chart runs it: the Deployment's own args, under the chart's ServiceAccount and RBAC.
+    installed = chart.install(
+        control_plane,
+        tmp_path_factory.mktemp("chart"),
+        values={
+            "settings": {
+                "prometheusURL": prometheus_url,
+                "livenessPort": liveness_port,
+                "metricsPort": metrics_port,
+                "logFormat": "json",
+            }
+        },
+    )
+    cmd = installed.command(sys.executable)
+    env = {**control_plane.env(), "KUBECONFIG": str(installed.kubeconfig)}
+    op = Operator(cmd, env, log, prometheus_port, liveness_port=liveness_port, metrics_port=metrics_port)
     try:
-        wait_for(lambda: _healthz(liveness_port), "operator liveness endpoint", op, timeout_s=60)
+        wait_for(op.healthy, "operator liveness endpoint", op, timeout_s=60)
         yield op
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
-def _healthz(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
+        op.stop()
 
 
 def wait_for(fn: Callable[[], T | None], what: str, op: Operator, timeout_s: float = 60.0) -> T:
@@ -323,6 +270,56 @@ def test_namespace_not_admitted_by_the_node_pool(
     assert ns in ready["message"]
 
 
+def test_an_hpa_on_the_target_is_named_and_not_fought(
+    control_plane: ControlPlane, operator: Operator, tenant: tuple[str, str]
+) -> None:
+    ns, pool_name = tenant
+    apply(
+        control_plane,
+        {
+            "apiVersion": "autoscaling/v2",
+            "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "chat-hpa", "namespace": ns},
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "chat-triton"},
+                "minReplicas": 1,
+                "maxReplicas": 5,
+                "metrics": [
+                    {
+                        "type": "Resource",
+                        "resource": {
+                            "name": "cpu",
+                            "target": {"type": "Utilization", "averageUtilization": 60},
+                        },
+                    }
+                ],
+            },
+        },
+    )
+    apply(control_plane, inference_pool(ns, pool_name, tick_s=5))
+
+    def refused() -> dict[str, Any] | None:
+        c = condition(get_json(control_plane, "inferencepool", "chat", "-n", ns), "Active")
+        return c if c and c["reason"] == "ConflictingAutoscaler" else None
+
+    active = wait_for(refused, "Active=False ConflictingAutoscaler", operator)
+    assert active["status"] == "False"
+    assert "HorizontalPodAutoscaler chat-hpa" in active["message"]
+
+    def warning() -> list[dict[str, Any]] | None:
+        events = get_json(
+            control_plane, "events", "-n", ns, "--field-selector", "involvedObject.name=chat,type=Warning"
+        )
+        items = [e for e in (events or {}).get("items", []) if e["reason"] == "ConflictingAutoscaler"]
+        return items or None
+
+    event = wait_for(warning, "a Warning Event ConflictingAutoscaler", operator)[0]
+    assert "chat-hpa" in event["message"]
+    target = get_json(control_plane, "deployment", "chat-triton", "-n", ns)
+    assert target is not None
+    assert target["metadata"]["generation"] == 1  # PoolPilot never touched the HPA's workload
+
+
 def test_off_mode_and_a_spec_change_is_reported_without_waiting_for_the_tick(
     control_plane: ControlPlane, operator: Operator, tenant: tuple[str, str]
 ) -> None:
@@ -425,11 +422,11 @@ async def test_operator_picks_up_real_signals_once_prometheus_appears(
     assert signals["avgBatchSize"] > 1.0
     assert signals["requestRatePerSecond"] > 0
     assert any("ms vs target 150 ms" in r for r in obj["status"]["lastDecision"]["reasons"])
-    latency_series = f"poolpilot_pool_latency_ms{{namespace={ns},pool=chat}}"
+    latency_series = f"poolpilot_pool_latency_seconds{{namespace={ns},pool=chat}}"
 
     def own_latency() -> dict[str, float] | None:
         m = operator.own_metrics()
         return m if m.get(latency_series, 0) > 0 else None
 
     own = wait_for(own_latency, "the pool's latency gauge", operator)
-    assert own[latency_series] >= 3.0
+    assert own[latency_series] >= 0.003  # base units: seconds

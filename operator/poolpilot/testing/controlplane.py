@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -524,7 +524,11 @@ class ControlPlane:
         build: bool = True,
         start_timeout_s: float = 120.0,
         stop_grace_s: float = 10.0,
+        audit: bool = False,
     ) -> None:
+        self.audit = audit
+        """Write the apiserver's audit log (every request at Metadata level: who, verb, resource), so a
+        benchmark can count the API calls each client makes (`audit_events`)."""
         self._given_dir = Path(work_dir).resolve() if work_dir is not None else None
         self._binaries = binaries
         self._build = build
@@ -635,6 +639,34 @@ class ControlPlane:
         cfg.key_file = str(self.pki.admin_key)
         cfg.verify_ssl = True
         return kubernetes.client.ApiClient(configuration=cfg)
+
+    @property
+    def audit_log(self) -> Path:
+        return self.work_dir / "audit.log"
+
+    def audit_events(self) -> list[dict[str, Any]]:
+        """The audit log's events so far (ControlPlane(audit=True) only), oldest first."""
+        if not self.audit:
+            raise ControlPlaneError("audit events need ControlPlane(audit=True)")
+        if not self.audit_log.exists():
+            return []
+        lines = self.audit_log.read_text().splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def _audit_flags(self) -> list[str]:
+        if not self.audit:
+            return []
+        policy = self.work_dir / "audit-policy.yaml"
+        policy.write_text(
+            "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n"
+            "rules:\n  - level: Metadata\n"
+        )
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",
+        ]
 
     def check_alive(self) -> None:
         """Raise if any component has exited (for long-running foreground use)."""
@@ -753,6 +785,7 @@ class ControlPlane:
                 "--allow-privileged=true",
                 # 127.0.0.1 is not a valid Endpoints address; the lease reconciler would log errors forever.
                 "--endpoint-reconciler-type=none",
+                *self._audit_flags(),
             ],
         )
         api_ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
