@@ -211,6 +211,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         )
         cp.kubectl("create", "namespace", NAMESPACE)
         exporter, exporter_port = SyntheticTriton(args.pools).serve()
+        (work / "prom").mkdir(exist_ok=True)
         with HonouredPrometheus({"triton": [f"127.0.0.1:{exporter_port}"]}, workdir=work / "prom") as prom:
             proxy = CountingProxy(prom.url)
             proxy_server, proxy_port = proxy.serve()

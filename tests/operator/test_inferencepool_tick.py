@@ -233,9 +233,20 @@ async def test_signals_alone_are_refreshed_on_the_heartbeat_not_every_tick(world
     assert await writer.write(base, now=NOW)
     moved = {**base, "signals": {"p99Ms": 121.5}}
     assert not await writer.write(moved, now=NOW + dt.timedelta(seconds=15))  # only signals moved
-    learned = {**moved, "policyState": {"version": 1, "replicas": 3, "history": [1]}}
+    learned = {**moved, "policyState": {"version": 1, "replicas": 3, "aMs": 51.0}}
     assert await writer.write(learned, now=NOW + dt.timedelta(seconds=30))  # the memory is written at once
-    later = {**learned, "signals": {"p99Ms": 119.0}}
+
+    def entry(t: float, replicas: int, rate: float) -> dict[str, Any]:
+        return {"timeS": t, "replicas": replicas, "ratePerS": rate, "replicasAhead": 0}
+
+    state = {"version": 1, "replicas": 3, "aMs": 51.0, "history": [entry(30, 3, 100.0)]}
+    assert await writer.write({**learned, "policyState": state}, now=NOW + dt.timedelta(seconds=31))
+    # A steady tick's entry repeats the last one (same replicas, demand within 5 %): not worth a write …
+    state = {**state, "history": [entry(30, 3, 100.0), entry(45, 3, 102.0)]}
+    later = {**learned, "policyState": state, "signals": {"p99Ms": 119.0}}
     assert not await writer.write(later, now=NOW + dt.timedelta(seconds=45))
-    assert await writer.write(later, now=NOW + dt.timedelta(seconds=90))  # heartbeat
+    # … until the heartbeat; an entry that says something new (demand up 20 %) is written at once.
+    assert await writer.write(later, now=NOW + dt.timedelta(seconds=91))  # heartbeat
     assert world.cluster.statuses[("inferencepools", "team-a", "chat")]["signals"] == {"p99Ms": 119.0}
+    risen = {**later, "policyState": {**state, "history": [*state["history"], entry(105, 3, 120.0)]}}
+    assert await writer.write(risen, now=NOW + dt.timedelta(seconds=105))

@@ -430,9 +430,10 @@ class _Tick:
         lost = self.ready < R and _since(self.now, state.last_scale_change_s) >= grace_s
         if lost:
             gpr = spec.node_pool.gpus_per_replica if spec.node_pool else 1
+            since_s = _since(self.now, state.last_scale_change_s)
+            when = f"{since_s:.0f} s after the last change" if math.isfinite(since_s) else "(no change made yet)"
             self.reasons.append(
-                f"lost capacity: {self.ready}/{R} replicas ready "
-                f"{_since(self.now, state.last_scale_change_s):.0f} s after the last change: keep {R} "
+                f"lost capacity: {self.ready}/{R} replicas ready {when}: keep {R} "
                 f"replicas (no scale-in), node demand counts {(R - self.ready) * gpr} lost GPUs"
             )
 

@@ -10,6 +10,7 @@ merge patch from what the apiserver has to what we want: keys that disappear are
 from __future__ import annotations
 
 import copy
+import math
 import datetime as dt
 from collections.abc import Mapping
 from typing import Any
@@ -17,10 +18,13 @@ from typing import Any
 from poolpilot.backends.kube import Cluster, ObjectRef, merge_patch
 
 # Parts of an InferencePool/GPUNodePool status that move on a steady pool; refreshed on the heartbeat.
-# `policyState` is NOT among them: a restarted operator must find the memory of the last tick, so any
-# change of it is written (the policy learns once per metrics window, so a steady pool's memory changes
-# about once a minute, not every tick).
+# `policyState` is NOT among them: a restarted operator must find the policy's memory, so its fit, floors,
+# tabu list and cooldowns are written when they change. Its history gets one entry per tick; on a steady
+# pool the new entries repeat the last one (same replicas, rate within HISTORY_RATE_STEP), so the history
+# counts as changed only when an entry says something new — see `_history_signature`.
 _VOLATILE_KEYS = frozenset({"signals", "latencyModel", "costPer1kTokensUSD", "predictedP99Ms", "gpus"})
+HISTORY_RATE_STEP = 0.05
+"""Relative demand change that makes a history entry new (5 %: below what the policy's margin covers)."""
 
 
 def merge_patch_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
@@ -52,7 +56,35 @@ def material(status: Mapping[str, Any]) -> dict[str, Any]:
     demand = status.get("nodeDemand")
     if isinstance(demand, Mapping):
         out["nodeDemand"] = {k: v for k, v in demand.items() if k != "time"}
+    state = status.get("policyState")
+    if isinstance(state, Mapping):
+        out["policyState"] = {k: v for k, v in state.items() if k != "history"}
+        out["policyState"]["history"] = _history_signature(state.get("history"))
     return out
+
+
+def _history_signature(history: Any) -> list[tuple[Any, ...]]:
+    """The history as runs of like entries: (replicas, replicasAhead, demand at the run's start).
+
+    An entry joins the current run when it has the same replicas and node ask and its demand is within
+    HISTORY_RATE_STEP of the run's first; so a restarted operator misses at most the entries written since
+    the last heartbeat, each like the last one it finds.
+    """
+    runs: list[tuple[Any, ...]] = []
+    for entry in history if isinstance(history, list) else []:
+        if not isinstance(entry, Mapping):
+            continue
+        replicas, ahead, rate = entry.get("replicas"), entry.get("replicasAhead"), entry.get("ratePerS")
+        if runs and runs[-1][:2] == (replicas, ahead) and _close(runs[-1][2], rate):
+            continue
+        runs.append((replicas, ahead, rate))
+    return runs
+
+
+def _close(a: Any, b: Any) -> bool:
+    if isinstance(a, int | float) and isinstance(b, int | float) and math.isfinite(a) and math.isfinite(b):
+        return abs(b - a) <= HISTORY_RATE_STEP * max(abs(a), 1e-9)
+    return bool(a == b)
 
 
 class StatusWriter:
