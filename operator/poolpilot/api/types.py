@@ -525,8 +525,35 @@ class ClusterAPIProvider(_Model):
     )
 
 
+class TolerationOperator(StrEnum):
+    EXISTS = "Exists"
+    EQUAL = "Equal"
+
+
+class TaintEffect(StrEnum):
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+class Toleration(_Model):
+    """A pod toleration (the subset of corev1.Toleration a placeholder needs to land on tainted GPU nodes)."""
+
+    key: str = Field(default="", max_length=317, description="Taint key; empty with Exists tolerates all.")
+    operator: TolerationOperator = Field(
+        default=TolerationOperator.EQUAL, description="Exists (any value) or Equal (`value`)."
+    )
+    value: str = Field(default="", max_length=63, description="Taint value for the Equal operator.")
+    effect: TaintEffect | None = Field(default=None, description="Taint effect; unset tolerates all effects.")
+
+
 class PlaceholderProvider(_Model):
-    """Low-priority placeholder pods that make Cluster Autoscaler / Karpenter keep warm GPU capacity."""
+    """Low-priority placeholder pods that make Cluster Autoscaler / Karpenter keep warm GPU capacity.
+
+    Each placeholder pod requests a whole node's GPUs; PoolPilot runs (nodes asked for − nodes already
+    holding a serving GPU pod) of them, so the node autoscaler keeps the asked-for count and the serving
+    pods pre-empt placeholders when they need the room.
+    """
 
     namespace: str = Field(
         max_length=63, pattern=_DNS_LABEL, description="Namespace the placeholder pods are created in."
@@ -535,8 +562,28 @@ class PlaceholderProvider(_Model):
         default="poolpilot-placeholder",
         max_length=253,
         pattern=_DNS_SUBDOMAIN,
-        description="PriorityClass of the placeholder pods; must be lower than the serving pods' so they "
-        "are pre-empted first.",
+        description="PriorityClass of the placeholder pods (created with `priority` when absent); must be "
+        "lower than the serving pods' so they are pre-empted first.",
+    )
+    priority: int = Field(
+        default=-5,
+        ge=-10,
+        le=-1,
+        description="Value of the PriorityClass when PoolPilot creates it: below the serving pods' (0) and "
+        "not below Cluster Autoscaler's expendable cutoff (-10), which would stop it scaling up for them.",
+    )
+    node_selector: dict[str, Annotated[str, Field(max_length=63, pattern=_LABEL_VALUE)]] = Field(
+        default={},
+        max_length=32,
+        alias="nodeSelector",
+        description="Labels of this pool's GPU nodes: placeholders are scheduled there and the pool's nodes "
+        "are counted by them. Empty: every node with `nvidia.com/gpu` capacity.",
+    )
+    tolerations: list[Toleration] = Field(
+        default=[],
+        max_length=16,
+        description="Tolerations of the placeholder pods, for GPU nodes with taints.",
+        json_schema_extra={"x-kubernetes-list-type": "atomic"},
     )
 
 

@@ -431,7 +431,9 @@ class _Tick:
         if lost:
             gpr = spec.node_pool.gpus_per_replica if spec.node_pool else 1
             since_s = _since(self.now, state.last_scale_change_s)
-            when = f"{since_s:.0f} s after the last change" if math.isfinite(since_s) else "(no change made yet)"
+            when = "(no change made yet)"
+            if math.isfinite(since_s):
+                when = f"{since_s:.0f} s after the last change"
             self.reasons.append(
                 f"lost capacity: {self.ready}/{R} replicas ready {when}: keep {R} "
                 f"replicas (no scale-in), node demand counts {(R - self.ready) * gpr} lost GPUs"

@@ -183,6 +183,7 @@ async def reconcile(
             provider = registry.build_provider(ref.name, spec, providers)
             decision, entries = await _size(cluster, provider, ref, spec, namespaces, now, demand_max_age_s)
             events.extend(await _apply(provider, decision, ref, events_only=False))
+            await provider.sync()
             ready_nodes = await provider.get_ready_nodes()
         except (ProviderError, ClusterError) as exc:
             put(cond.READY, False, cond.PROVIDER_ERROR, str(exc))

@@ -10,8 +10,8 @@ merge patch from what the apiserver has to what we want: keys that disappear are
 from __future__ import annotations
 
 import copy
-import math
 import datetime as dt
+import math
 from collections.abc import Mapping
 from typing import Any
 

@@ -18,6 +18,10 @@ class NodePoolProvider(Protocol):
     async def set_nodes(self, count: int) -> None:
         """Ask for `count` nodes. Idempotent; raises `ProviderError` on failure."""
 
+    async def sync(self) -> None:
+        """Keep the provider's own objects in line with the asked-for count when the cluster moved under
+        them (placeholders after serving pods came or went); called every tick, a no-op for most."""
+
 
 class ProviderError(Exception):
     """A provider could not read or change its node count; the message names the object."""

@@ -54,6 +54,9 @@ class ClusterAPINodePool:
         except (ClusterError, ValueError) as exc:
             raise ProviderError(str(exc)) from exc
 
+    async def sync(self) -> None:
+        return None
+
 
 def build(name: str, spec: api.GPUNodePoolSpec, ctx: ProviderContext) -> ClusterAPINodePool:
     cfg = spec.provider.cluster_api

@@ -30,6 +30,9 @@ class FakeNodePool:
         self.writes.append(count)
         self._nodes[self._name] = count
 
+    async def sync(self) -> None:
+        return None
+
 
 def build(name: str, spec: api.GPUNodePoolSpec, ctx: ProviderContext) -> FakeNodePool:
     config: dict[str, Any] = spec.provider.fake or {}
