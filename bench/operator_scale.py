@@ -277,6 +277,10 @@ def _steady_window(
         return sum(after_own[k] - before_own.get(k, 0.0) for k in keys)
 
     ticks = delta("poolpilot_ticks_total{kind=InferencePool")
+    tick_p50_s, tick_p99_s = (
+        _histogram_quantile(before_own, after_own, "poolpilot_tick_duration_seconds", "kind=InferencePool", q)
+        for q in (0.5, 0.99)
+    )
     fetches = delta("poolpilot_metric_fetches_total")
     writes = delta("poolpilot_status_writes_total{kind=InferencePool")
     return {
@@ -290,10 +294,31 @@ def _steady_window(
         "api_calls": len(events),
         "api_calls_per_pool_tick": len(events) / ticks if ticks else math.nan,
         "api_calls_by_verb_resource": dict(by_call.most_common()),
+        "expected_pool_ticks": args.pools * elapsed / args.tick_seconds,
+        "tick_duration_p50_s": tick_p50_s,
+        "tick_duration_p99_s": tick_p99_s,
         "status_writes_per_pool_tick": writes / ticks if ticks else math.nan,
+        "events_per_pool_tick": by_call.get("create events", 0) / ticks if ticks else math.nan,
         "operator_cpu_cores": cpu / elapsed,
         "operator_rss_mib_max": max(rss) if rss else math.nan,
     }
+
+
+def _histogram_quantile(
+    before: dict[str, float], after: dict[str, float], family: str, selector: str, q: float
+) -> float:
+    """Upper bound of the bucket holding the q-quantile of the observations made between two scrapes."""
+    buckets = []
+    for key, value in after.items():
+        if key.startswith(f"{family}_bucket{{") and selector in key:
+            le = key.split("le=", 1)[1].split(",")[0].rstrip("}")
+            buckets.append((float(le), value - before.get(key, 0.0)))
+    buckets.sort()
+    total = buckets[-1][1] if buckets else 0.0
+    for le, count in buckets:
+        if total and count >= q * total:
+            return le
+    return math.nan
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ import asyncio
 import copy
 import datetime as dt
 import logging
+import time
 from typing import Any
 
 import kopf
@@ -88,6 +89,7 @@ async def inferencepool_tick(
     wake = _wake_event(memo)
     while not stopped:
         wake.clear()
+        started = time.monotonic()
         snapshot = copy.deepcopy(dict(body))
         # Claimed before the tick: a create/resume handler racing this first tick must not wake us again.
         memo["last_generation"] = snapshot.get("metadata", {}).get("generation")
@@ -110,7 +112,9 @@ async def inferencepool_tick(
             memo["last_status"] = result.status
             memo["last_write"] = result.last_write
         tick_s = (body.get("spec") or {}).get("tickSeconds") or settings.default_tick_s
-        await _sleep(wake, stopped, float(tick_s))
+        # Fixed rate, not fixed delay: a tick that took a while (a slow API server) does not stretch the
+        # pool's cadence beyond tickSeconds.
+        await _sleep(wake, stopped, max(0.0, float(tick_s) - (time.monotonic() - started)))
 
 
 def register(registry: kopf.OperatorRegistry, *, cancellation_timeout_s: float) -> None:

@@ -6,7 +6,9 @@ shells out to `kopf run`, so the same settings apply in tests, the sandbox and p
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
@@ -48,12 +50,21 @@ def kopf_settings(settings: OperatorSettings) -> kopf.OperatorSettings:
     return ks
 
 
+API_THREADS = 32
+"""Threads for blocking Kubernetes client calls (I/O-bound: they wait on the API server, not the CPU)."""
+
+
 def build_registry(settings: OperatorSettings) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     inferencepool.register(registry, cancellation_timeout_s=settings.daemon_cancellation_timeout_s)
     gpunodepool.register(registry, interval_s=settings.node_pool_interval_s)
 
     async def startup(memo: kopf.Memo, **_: Any) -> None:
+        # The Kubernetes client blocks: its calls run in the loop's default executor, whose stock size
+        # (CPUs + 4) would queue hundreds of pools' reads behind a handful of threads.
+        asyncio.get_running_loop().set_default_executor(
+            ThreadPoolExecutor(max_workers=API_THREADS, thread_name_prefix="poolpilot-api")
+        )
         memo["runtime"] = build_runtime(settings)
         if settings.peering_name:
             await ensure_peering(memo["runtime"], settings)
