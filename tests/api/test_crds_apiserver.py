@@ -141,17 +141,27 @@ def test_gpunodepool_columns(crds: ControlPlane) -> None:
         status = types.GPUNodePoolStatus(
             provider="clusterAPI",
             nodes=2,
+            ready_nodes=1,
             desired_nodes=3,
             gpus=16,
             pools=[types.PoolDemand(namespace="team-a", name="chat", gpus=20)],
+            conditions=[
+                types.Condition(
+                    type="Ready",
+                    status=types.ConditionStatus.TRUE,
+                    reason="Reconciled",
+                    message="ok",
+                    last_transition_time=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+                )
+            ],
         )
         crds.kubectl(
             "patch", "gpunodepools.poolpilot.io", "a100-on-demand", "--subresource=status",
             "--type=merge", "-p", json.dumps({"status": status.to_wire()}),
         )  # fmt: skip
         header, row = crds.kubectl("get", "gpunp", "a100-on-demand").stdout.splitlines()[:2]
-        assert header.split() == ["NAME", "PROVIDER", "NODES", "DESIRED", "GPUS", "AGE"]
-        assert row.split()[:5] == ["a100-on-demand", "clusterAPI", "2", "3", "16"]
+        assert " ".join(header.split()) == "NAME PROVIDER NODES READY NODES DESIRED GPUS READY AGE"
+        assert row.split()[:7] == ["a100-on-demand", "clusterAPI", "2", "1", "3", "16", "True"]
     finally:
         crds.kubectl("delete", "-f", str(example), "--ignore-not-found")
 

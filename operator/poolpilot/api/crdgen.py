@@ -137,8 +137,7 @@ KINDS: Final[tuple[KindInfo, ...]] = (
                 "Ready",
                 "string",
                 '.status.conditions[?(@.type=="Ready")].status',
-                "Ready condition.",
-                priority=1,
+                "Ready condition: spec valid, target and node pool found.",
             ),
             _AGE,
         ),
@@ -156,12 +155,19 @@ KINDS: Final[tuple[KindInfo, ...]] = (
         columns=(
             PrinterColumn("Provider", "string", ".status.provider", "Configured node provider."),
             PrinterColumn("Nodes", "integer", ".status.nodes", "Nodes now."),
+            PrinterColumn("Ready nodes", "integer", ".status.readyNodes", "Nodes that are Ready."),
             PrinterColumn("Desired", "integer", ".status.desiredNodes", "Nodes last asked for."),
             PrinterColumn("GPUs", "integer", ".status.gpus", "GPUs on the current nodes."),
             PrinterColumn(
                 "Demand", "integer", ".status.demandGPUs", "GPUs the admitted pools need.", priority=1
             ),
             PrinterColumn("Capacity", "string", ".spec.capacityType", "OnDemand or Spot.", priority=1),
+            PrinterColumn(
+                "Ready",
+                "string",
+                '.status.conditions[?(@.type=="Ready")].status',
+                "Whether the provider answers and the spec is valid.",
+            ),
             _AGE,
         ),
         description="GPUNodePool is a cluster-scoped group of identical GPU nodes that PoolPilot resizes for "
