@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-.venv/bin/python}"
 "$PY" -m poolpilot.cli crds --output-dir crds
-cp crds/*.yaml charts/poolpilot/crds/
+cp crds/*.yaml charts/poolpilot/files/crds/
 "$PY" - <<'PYEOF'
 import pathlib, subprocess, sys
 doc = pathlib.Path("docs/crd-reference.md")
@@ -15,4 +15,4 @@ new = subprocess.run([sys.executable, "-m", "poolpilot.cli", "crds", "--referenc
                      capture_output=True, text=True).stdout
 doc.write_text(text[:i] + new.rstrip("\n") + "\n" + text[j:].lstrip("\n") if not new.rstrip().endswith(end) else text[:i] + new + text[j:].lstrip("\n"))
 PYEOF
-echo "regenerated crds/, charts/poolpilot/crds/, docs/crd-reference.md"
+echo "regenerated crds/, charts/poolpilot/files/crds/, docs/crd-reference.md"

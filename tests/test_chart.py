@@ -31,9 +31,51 @@ def helm(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_chart_crds_are_the_generated_crds() -> None:
     top = {p.name: p.read_text() for p in (REPO / "crds").glob("*.yaml")}
-    chart = {p.name: p.read_text() for p in (CHART / "crds").glob("*.yaml")}
+    chart = {p.name: p.read_text() for p in (CHART / "files" / "crds").glob("*.yaml")}
     assert top, "crds/ is empty"
-    assert chart == top, "charts/poolpilot/crds differs from crds/: `cp crds/*.yaml charts/poolpilot/crds/`"
+    assert chart == top, "charts/poolpilot/files/crds differs from crds/: run `bash hack/regen-api.sh`"
+    assert not (CHART / "crds").exists(), (
+        "a crds/ folder would be installed by Helm regardless of crds.install"
+    )
+
+
+def test_crds_follow_crds_install_and_survive_uninstall() -> None:
+    rendered = [d for d in _render() if d["kind"] == "CustomResourceDefinition"]
+    by_name = {d["metadata"]["name"]: d for d in rendered}  # type: ignore[index]
+    top = {
+        d["metadata"]["name"]: d
+        for p in (REPO / "crds").glob("*.yaml")
+        for d in [yaml.safe_load(p.read_text())]
+    }
+    assert set(by_name) == set(top)
+    for name, crd in by_name.items():
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"  # type: ignore[index]
+        assert crd["spec"] == top[name]["spec"]  # the very schema of crds/, unchanged by templating
+    assert not [d for d in _render("crds.install=false") if d["kind"] == "CustomResourceDefinition"]
+
+
+def test_one_replica_recreates_and_may_be_evicted_several_keep_one() -> None:
+    one = {d["kind"]: d for d in _render()}
+    assert one["Deployment"]["spec"]["strategy"] == {"type": "Recreate"}  # type: ignore[index]
+    assert one["PodDisruptionBudget"]["spec"]["maxUnavailable"] == 1  # type: ignore[index]
+    two = {d["kind"]: d for d in _render("replicaCount=2", "settings.peering=prod")}
+    assert two["Deployment"]["spec"]["strategy"]["type"] == "RollingUpdate"  # type: ignore[index]
+    assert two["PodDisruptionBudget"]["spec"]["minAvailable"] == 1  # type: ignore[index]
+
+
+def test_service_monitor_keeps_the_pools_namespace_label() -> None:
+    monitor = next(d for d in _render("serviceMonitor.enabled=true") if d["kind"] == "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True  # type: ignore[index]
+
+
+def test_notes_warn_about_replicas_without_peering() -> None:
+    result = helm("install", "pp", str(CHART), "--dry-run=client", "--set", "replicaCount=2")
+    assert result.returncode == 0, result.stderr
+    assert "without settings.peering" in result.stdout
+    quiet = helm(
+        "install", "pp", str(CHART), "--dry-run=client", "--set", "replicaCount=2,settings.peering=p"
+    )
+    assert "without settings.peering" not in quiet.stdout and "kubectl get inferencepools -A" in quiet.stdout
 
 
 def test_chart_lints_strictly() -> None:
@@ -86,7 +128,7 @@ def test_operator_cli_accepts_the_chart_flags() -> None:
 @pytest.mark.cluster
 def test_apiserver_accepts_rendered_chart(control_plane: ControlPlane) -> None:
     control_plane.kubectl("create", "namespace", "poolpilot-system", check=False)
-    control_plane.kubectl("apply", "--server-side", "-f", str(CHART / "crds"))
+    control_plane.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
     rendered = helm("template", "pp", str(CHART), "--namespace", "poolpilot-system")
     assert rendered.returncode == 0, rendered.stderr
     result = control_plane.kubectl(
