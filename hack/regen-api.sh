@@ -5,6 +5,7 @@ cd "$(dirname "$0")/.."
 PY="${PYTHON:-.venv/bin/python}"
 "$PY" -m poolpilot.cli crds --output-dir crds
 cp crds/*.yaml charts/poolpilot/files/crds/
+"$PY" -m poolpilot.monitoring --chart charts/poolpilot   # PrometheusRule groups, Grafana dashboard
 "$PY" - <<'PYEOF'
 import pathlib, subprocess, sys
 doc = pathlib.Path("docs/crd-reference.md")
@@ -15,4 +16,4 @@ new = subprocess.run([sys.executable, "-m", "poolpilot.cli", "crds", "--referenc
                      capture_output=True, text=True).stdout
 doc.write_text(text[:i] + new.rstrip("\n") + "\n" + text[j:].lstrip("\n") if not new.rstrip().endswith(end) else text[:i] + new + text[j:].lstrip("\n"))
 PYEOF
-echo "regenerated crds/, charts/poolpilot/files/crds/, docs/crd-reference.md"
+echo "regenerated crds/, charts/poolpilot/files/crds/, the chart's rules and dashboard, docs/crd-reference.md"
