@@ -18,6 +18,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("poolpilot.sim.cli", "replay a trace through the fleet simulator with policies in the loop"),
     "bench": ("poolpilot.sim.bench", "benchmark PoolPilot against HPA, KEDA, KPA, AIMD, static and oracle"),
     "loadgen": ("poolpilot.loadgen", "replay a trace open-loop against Triton-protocol servers"),
+    "recommend": ("poolpilot.recommend", "print an InferencePool's recommendation as a patch to commit"),
 }
 
 

@@ -42,6 +42,7 @@ __all__ = [
     "parse_pbtxt",
     "requires_reload",
     "to_json",
+    "to_pbtxt",
     "validate",
 ]
 
@@ -66,6 +67,16 @@ _IN_PLACE_FIELDS: Final = frozenset({"instance_group", "version_policy"})
 
 class ModelConfigError(ValueError):
     """A configuration Triton would refuse; `str(err)` is Triton's message (the HTTP error body)."""
+
+
+def to_pbtxt(config: Mapping[str, Any]) -> str:
+    """A config in Triton's JSON form as protobuf text format (what `config.pbtxt` holds)."""
+    msg = _ModelConfig()
+    try:
+        json_format.ParseDict(dict(config), msg)
+    except json_format.ParseError as err:
+        raise ModelConfigError(f"not a model configuration: {err}") from None
+    return str(text_format.MessageToString(msg))
 
 
 def parse_pbtxt(text: str) -> dict[str, Any]:
