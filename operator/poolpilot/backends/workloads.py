@@ -52,6 +52,10 @@ class Autoscaler:
         return f"{self.kind} {self.name}"
 
 
+FIELD_MANAGER = "poolpilot"
+"""The field manager of PoolPilot's /scale writes (managedFields: `spec.replicas` owned by `poolpilot`)."""
+
+
 class WorkloadScaler(Protocol):
     async def get_scale(self, ref: ObjectRef) -> Scale | None:
         """The workload's scale, or None when the workload does not exist."""
@@ -146,6 +150,7 @@ class KubernetesWorkloads:
                 plural_of(ref),
                 ref.name,
                 body,
+                field_manager=FIELD_MANAGER,  # who owns spec.replicas, as GitOps tools see it
                 _request_timeout=self._timeout_s,
             )
         except Exception as exc:
