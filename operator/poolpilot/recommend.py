@@ -80,17 +80,24 @@ def _batching(wire: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 def render(rec: Recommendation) -> str:
     """The patch (YAML) with the batching as `config.pbtxt` text and the reasons, as comments."""
-    from poolpilot.triton.config import to_pbtxt
-
     lines = [f"# PoolPilot recommendation for InferencePool {rec.namespace}/{rec.pool}"]
     if rec.predicted_p99_ms is not None:
         lines.append(f"# predicted p99: {rec.predicted_p99_ms:.0f} ms")
     lines += [f"#   - {r}" for r in rec.reasons]
     if rec.batching_config is not None:
         lines.append("# config.pbtxt fields to set (dynamic_batching, instance_group count, max_batch_size):")
-        lines += [f"#   {line}" for line in to_pbtxt(rec.batching_config).splitlines()]
+        lines += [f"#   {line}" for line in _config_text(rec.batching_config).splitlines()]
     lines.append(yaml.safe_dump(rec.workload_patch, sort_keys=False).rstrip())
     return "\n".join(lines) + "\n"
+
+
+def _config_text(config: dict[str, Any]) -> str:
+    """`config.pbtxt` text; Triton's JSON form where protobuf is not installed (the slim operator image)."""
+    try:
+        from poolpilot.triton.config import to_pbtxt
+    except ImportError:
+        return "(JSON form) " + json.dumps(config)
+    return to_pbtxt(config)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

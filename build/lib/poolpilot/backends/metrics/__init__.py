@@ -1,0 +1,1 @@
+"""Metric sources: one call per tick returns `Signals` for every pool (see `base.MetricSource`)."""

@@ -1,0 +1,1 @@
+"""The CPU executor: a Triton-protocol server (`poolpilot-executor`); see docs/executor.md."""

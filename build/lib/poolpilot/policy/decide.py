@@ -1,0 +1,924 @@
+"""`decide`: one tick of the joint batching/replica policy for one pool. Pure and deterministic.
+
+Order of a tick (docs/policy.md has the reasons catalogue):
+
+1. validate inputs; Off mode → hold;
+2. signals missing, NaN or stale → hold (no scale-in on missing data);
+3. learn: refit the batch-latency line, correct the tail by measured/predicted p99 (only when the
+   measurement describes the running configuration), detect stragglers and OOM/BACKEND failures;
+4. plan: the cheapest (replicas, queue delay, instances) meeting target x (1 - margin) at the demand
+   forecast over the pod-start lead time;
+5. guard and stabilise: a measured breach acts at once (cut the delay, scale out in proportion);
+   scale-in waits out the stabilisation window (max recommendation in it) and a stricter dead-band,
+   and never happens in the same tick as a batching change; batching changes are rate limited;
+6. whole nodes (only when the caller passes `paid_replicas`): no node opened or kept for the margin
+   alone, replicas fill the nodes the plan holds (docs/policy.md, "Whole nodes");
+7. report: actions (empty in Recommend/Off), reasons, updated history and model, node demand.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+from poolpilot.api.types import GPUNodePoolSpec, InferencePoolSpec, Mode
+from poolpilot.policy.model import (
+    Estimate,
+    corrected,
+    estimate,
+    observe,
+    pessimistic,
+    prior_model,
+    with_correction,
+    with_offset,
+)
+from poolpilot.policy.params import DEFAULT_PARAMS, PolicyParams
+from poolpilot.policy.plan import (
+    Candidate,
+    Problem,
+    cheapest,
+    delay_candidates,
+    fewest_replicas,
+    instance_candidates,
+)
+from poolpilot.policy.types import (
+    BatchingConfig,
+    Decision,
+    HistoryEntry,
+    LatencyModel,
+    NodePoolDemand,
+    PolicyAction,
+    PoolState,
+    Signals,
+)
+
+# Fewest requests in the p99 window for a breach to count (a p99 of 3 requests is noise).
+_MIN_REQUESTS_FOR_BREACH = 20.0
+_P99_WINDOW_S = 60.0
+
+
+class PolicyInputError(ValueError):
+    """An input the policy cannot decide on; the message names the offending field."""
+
+
+def _finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)
+
+
+def _clamp(x: int, lo: int, hi: int) -> int:
+    return max(lo, min(hi, x))
+
+
+def validate(spec: InferencePoolSpec, state: PoolState, now_s: float) -> None:
+    """Reject incoherent inputs with the field's name (the API validates too; the simulator may not)."""
+    if not math.isfinite(now_s):
+        raise PolicyInputError(f"now_s must be finite, got {now_s!r}")
+    r = spec.replicas
+    if r.min > r.max:
+        raise PolicyInputError(f"spec.replicas: min {r.min} > max {r.max}")
+    d = spec.batching.max_queue_delay_microseconds
+    if d.min > d.max:
+        raise PolicyInputError(f"spec.batching.maxQueueDelayMicroseconds: min {d.min} > max {d.max}")
+    k = spec.batching.instance_count
+    if k.min < 1 or k.min > k.max:
+        raise PolicyInputError(f"spec.batching.instanceCount: need 1 <= min <= max, got {k.min}..{k.max}")
+    for size in spec.batching.preferred_batch_sizes or ():
+        if size < 1:
+            raise PolicyInputError(f"spec.batching.preferredBatchSizes: sizes must be >= 1, got {size}")
+    if state.replicas < 0:
+        raise PolicyInputError(f"state.replicas must be >= 0, got {state.replicas}")
+    b = state.batching
+    if b is not None:
+        if b.max_batch_size < 1:
+            raise PolicyInputError(f"state.batching.max_batch_size must be >= 1, got {b.max_batch_size}")
+        if b.instance_count < 1:
+            raise PolicyInputError(f"state.batching.instance_count must be >= 1, got {b.instance_count}")
+        if b.max_queue_delay_us < 0:
+            raise PolicyInputError(
+                f"state.batching.max_queue_delay_us must be >= 0, got {b.max_queue_delay_us}"
+            )
+
+
+def triton_default_batching(spec: InferencePoolSpec) -> BatchingConfig:
+    """What a pod runs when nobody set batching: `dynamic_batching {}` with the model's max batch."""
+    return BatchingConfig(
+        max_queue_delay_us=0,
+        max_batch_size=spec.model.max_batch_size,
+        preferred_batch_sizes=(),
+        instance_count=1,
+    )
+
+
+def signal_problem(signals: Signals, spec: InferencePoolSpec, params: PolicyParams) -> str | None:
+    """Why these signals cannot be trusted for a decision, or None."""
+    stale_s = params.stale_after_ticks * spec.tick_seconds
+    if not _finite(signals.age_s) or signals.age_s > stale_s:
+        return f"metrics stale (newest sample {signals.age_s:.0f} s old > {stale_s:.0f} s)"
+    missing = []
+    rate = signals.request_rate_per_s
+    if not _finite(rate) or rate < 0:
+        missing.append("request_rate_per_s")
+    elif rate * _P99_WINDOW_S >= 1.0 and not (_finite(signals.p99_ms) and signals.p99_ms >= 0):
+        # With requests in the window a p99 must exist; with none, NaN is the honest answer.
+        missing.append("p99_ms")
+    if missing:
+        return f"metrics missing or NaN ({', '.join(missing)})"
+    return None
+
+
+def _node_demand(
+    spec: InferencePoolSpec, replicas: int, replicas_ahead: int, *, hold: bool
+) -> NodePoolDemand | None:
+    if spec.node_pool is None:
+        return None
+    gpr = spec.node_pool.gpus_per_replica
+    return NodePoolDemand(
+        node_pool=spec.node_pool.name,
+        gpus_now=replicas * gpr,
+        gpus_ahead=max(replicas, replicas_ahead) * gpr,
+        gpus_per_replica=gpr,
+        hold=hold,
+    )
+
+
+def _hold(
+    spec: InferencePoolSpec,
+    state: PoolState,
+    model: LatencyModel,
+    reason: str,
+    *,
+    off: bool,
+) -> Decision:
+    """Keep everything as it is; only the spec's replica bounds may still force a change."""
+    lo, hi = spec.replicas.min, spec.replicas.max
+    replicas = _clamp(state.replicas, lo, hi)
+    reasons = [reason]
+    actions: tuple[PolicyAction, ...] = ()
+    if replicas != state.replicas:
+        reasons.append(f"replicas {state.replicas} outside spec bounds [{lo}, {hi}]: set to {replicas}")
+        if spec.mode == Mode.AUTO and not off:
+            actions = ("scale",)
+    return Decision(
+        replicas=replicas,
+        batching=state.batching or triton_default_batching(spec),
+        predicted_p99_ms=math.nan,
+        reasons=tuple(reasons),
+        latency_model=model,
+        node_demand=_node_demand(spec, replicas, replicas, hold=True),
+        scale_changed="scale" in actions,
+        hold=True,
+        history=state.history,
+        actions=actions,
+        mode=spec.mode.value,
+    )
+
+
+def _trend_per_s2(history: Sequence[HistoryEntry], now_s: float, window_s: float) -> float:
+    """Least-squares slope of demand (inferences/s per s) over the window; rising trends only."""
+    pts = [
+        (e.time_s, e.rate_per_s) for e in history if e.time_s >= now_s - window_s and _finite(e.rate_per_s)
+    ]
+    if len(pts) < 4:
+        return 0.0
+    n = float(len(pts))
+    mt = sum(t for t, _ in pts) / n
+    mr = sum(r for _, r in pts) / n
+    var = sum((t - mt) ** 2 for t, _ in pts)
+    if var <= 0:
+        return 0.0
+    slope = sum((t - mt) * (r - mr) for t, r in pts) / var
+    return max(0.0, slope)
+
+
+def _normal(b: BatchingConfig) -> BatchingConfig:
+    """Triton reports an empty preferred list as [max_batch_size]: compare both as empty."""
+    if b.preferred_batch_sizes == (b.max_batch_size,):
+        return replace(b, preferred_batch_sizes=())
+    return b
+
+
+def _since(now_s: float, t: float | None) -> float:
+    return math.inf if t is None else now_s - t
+
+
+def decide(
+    spec: InferencePoolSpec,
+    state: PoolState,
+    signals: Signals,
+    now_s: float,
+    *,
+    node_pool: GPUNodePoolSpec | None = None,
+    params: PolicyParams = DEFAULT_PARAMS,
+    paid_replicas: int | None = None,
+    hold_reason: str | None = None,
+) -> Decision:
+    """Decide replicas and batching for one pool at `now_s`; see the module docstring for the order.
+
+    `hold_reason`: the caller knows the signals cannot be trusted (Prometheus unreachable, values no fleet
+    can report, pods unreadable): hold, saying why.
+
+    `paid_replicas`: replicas this pool may run on node-pool GPUs already paid for (nodes requested,
+    whole; the caller knows the other tenants). None = unknown: nodes are not priced in.
+
+    Apply only `Decision.actions` (empty in Recommend and Off mode); carry `latency_model` and
+    `history` into the next `PoolState` (`poolpilot.policy.advance` does it).
+    """
+    validate(spec, state, now_s)
+    model = state.latency_model or prior_model(params)
+    if spec.mode == Mode.OFF:
+        return _hold(spec, state, model, "mode Off: PoolPilot changes nothing on this pool", off=True)
+    problem = hold_reason or signal_problem(signals, spec, params)
+    if problem is not None:
+        return _hold(
+            spec,
+            state,
+            model,
+            f"hold: {problem}: keeping {state.replicas} replicas and the running batching; "
+            "no scale-in on missing data",
+            off=False,
+        )
+    return _Tick(spec, state, signals, now_s, node_pool, params, model, paid_replicas).run()
+
+
+class _Tick:
+    """The state of one `decide` call, split into steps so each stays readable."""
+
+    def __init__(
+        self,
+        spec: InferencePoolSpec,
+        state: PoolState,
+        signals: Signals,
+        now_s: float,
+        node_pool: GPUNodePoolSpec | None,
+        params: PolicyParams,
+        model: LatencyModel,
+        paid_replicas: int | None = None,
+    ) -> None:
+        self.spec, self.state, self.sig, self.now = spec, state, signals, now_s
+        self.node_pool, self.p, self.model = node_pool, params, model
+        self.reasons: list[str] = []
+        self.running = state.batching or triton_default_batching(spec)
+        b = spec.batching
+        self.d_lo, self.d_hi = b.max_queue_delay_microseconds.min, b.max_queue_delay_microseconds.max
+        self.k_lo, self.k_hi = b.instance_count.min, b.instance_count.max
+        self.r_lo, self.r_hi = spec.replicas.min, spec.replicas.max
+        self.target_ms = spec.slo.latency_target_ms
+        self.objective_ms = self.target_ms * (1.0 - spec.slo.margin_ratio)
+        rate = signals.request_rate_per_s
+        inf = signals.inference_rate_per_s
+        if _finite(inf) and inf >= 0 and rate > 0 and inf > 0:
+            self.items = min(max(inf / rate, 1.0), float(spec.model.max_batch_size))
+        else:
+            self.items = 1.0
+        self.lam = inf if _finite(inf) and inf >= 0 else rate * self.items
+        self.ready = state.replicas if signals.ready_replicas is None else max(0, signals.ready_replicas)
+        self.requests_in_window = rate * _P99_WINDOW_S
+        self.straggler = False
+        self.max_batch = spec.model.max_batch_size
+        self.floor_note = ""
+        self.paid_replicas = paid_replicas
+
+    # -- learning -------------------------------------------------------------------------------------
+    def learn(self) -> None:
+        s, p = self.sig, self.p
+        # Learn only from windows that describe the running configuration: the fit and the correction
+        # must move together, or a half-updated model drives a scale change the next tick undoes.
+        settled = (
+            self.ready >= self.state.replicas
+            and _since(self.now, self.state.last_scale_change_s) >= p.settle_s
+            and _since(self.now, self.state.last_batching_change_s) >= p.settle_s
+        )
+        fit_ok = settled and _finite(s.avg_batch_size) and _finite(s.compute_us_per_exec)
+        if fit_ok and s.avg_batch_size >= 1 and s.compute_us_per_exec > 0:
+            here = self.estimate_running(self.model)
+            self.model = observe(
+                self.model,
+                batch_items=s.avg_batch_size,
+                compute_ms=s.compute_us_per_exec / 1000.0,
+                slowdown=here.slowdown,
+                params=p,
+            )
+        self.straggler = False
+        if not (settled and self.ready > 0 and _finite(s.p99_ms) and s.p99_ms > 0):
+            return
+        if self.requests_in_window < p.min_requests_for_p99:
+            return
+        est = self.estimate_running(self.model)
+        if not (math.isfinite(est.p99_ms) and est.p99_ms > 0):
+            return
+        ratio = s.p99_ms / est.p99_ms
+        dt_s = float(self.spec.tick_seconds)
+        if p.correction_mode == "additive":
+            self.model = with_offset(self.model, s.p99_ms, est.p99_ms, p, dt_s=dt_s, cap_ms=self.target_ms)
+        else:
+            self.model = with_correction(self.model, ratio, p, dt_s=dt_s)
+        al = p.straggler_alpha
+        sr = math.exp(
+            (1 - al) * math.log(self.model.straggler_ratio) + al * math.log(min(max(ratio, 0.1), 10))
+        )
+        self.model = replace(self.model, straggler_ratio=sr)
+        queue_ok = not _finite(s.queue_time_us) or s.queue_time_us / 1000.0 <= max(est.wait_p99_ms, 1.0)
+        mean_ok = True
+        if _finite(s.avg_batch_size) and _finite(s.compute_us_per_exec) and s.avg_batch_size >= 1:
+            line = self.model.a_ms + self.model.b_ms * s.avg_batch_size
+            mean_ok = abs(s.compute_us_per_exec / 1000.0 / line - 1.0) <= p.straggler_mean_tolerance
+        self.straggler = sr >= p.straggler_ratio and queue_ok and mean_ok
+        if self.straggler:
+            self.reasons.append(
+                f"stragglers: p99 is {sr:.1f}x the model's while mean execution and queue time match it"
+            )
+
+    def failures(self) -> bool:
+        """OOM/BACKEND failures → halve the max batch size (remembered as a ceiling). True if lowered."""
+        s, p = self.sig, self.p
+        rate = sum(
+            v
+            for key, v in s.failure_rate_by_reason.items()
+            if key.upper() in p.failure_reasons and _finite(v) and v > 0
+        )
+        model_max = self.spec.model.max_batch_size
+        ceiling = min(self.model.max_batch_ceiling or model_max, model_max)
+        if rate > p.failure_rate_threshold_per_s and (
+            _since(self.now, self.state.last_batching_change_s) >= p.failure_settle_s
+        ):
+            base = min(ceiling, self.running.max_batch_size)
+            lowered = max(1, base // 2)
+            if lowered < base:
+                self.model = replace(self.model, max_batch_ceiling=lowered)
+                self.reasons.append(
+                    f"{'/'.join(p.failure_reasons)} failures {rate:.2f}/s: lower max batch size "
+                    f"{self.running.max_batch_size}→{lowered}"
+                )
+                ceiling = lowered
+                self.max_batch = ceiling
+                return True
+        self.max_batch = ceiling
+        return False
+
+    # -- planning -------------------------------------------------------------------------------------
+    def problem(self, rate_per_s: float, objective_ms: float) -> Problem:
+        return Problem(
+            model=self.model,
+            rate_per_s=rate_per_s,
+            items_per_request=self.items,
+            max_batch_size=self.max_batch,
+            quantile=self.spec.slo.latency_quantile,
+            objective_ms=objective_ms,
+            max_utilization=self.spec.slo.target_gpu_utilization,
+            min_replicas=self.r_lo,
+            max_replicas=self.r_hi,
+            params=self.p,
+        )
+
+    def run(self) -> Decision:
+        spec, state, sig, p = self.spec, self.state, self.sig, self.p
+        self.learn()
+        oom = self.failures()
+        R = state.replicas
+        slope = _trend_per_s2(state.history, self.now, p.forecast_window_s)
+        if slope * p.forecast_window_s < p.forecast_min_rise_ratio * self.lam:
+            slope = 0.0
+        lam_plan = self.forecast(slope, p.pod_start_s + spec.tick_seconds)
+        if slope > 0:
+            self.reasons.append(f"demand rising: sizing for {lam_plan:.0f}/s ({self.lam:.0f}/s now)")
+        prob = self.problem(lam_plan, self.objective_ms)
+
+        cur_d = _clamp(self.running.max_queue_delay_us, self.d_lo, self.d_hi)
+        cur_k = _clamp(self.running.instance_count, self.k_lo, self.k_hi)
+        delays = delay_candidates(self.d_lo, self.d_hi, cur_d, p.delay_grid_us)
+        insts = instance_candidates(self.k_lo, self.k_hi, p.max_instance_candidates)
+        cand_cur = fewest_replicas(prob, cur_d, cur_k)
+        exclude = self.tabu(cand_cur, cur_d, cur_k)
+        cand_best = cheapest(prob, delays, insts, (cur_d, cur_k), exclude=exclude)
+
+        # Feedback guard: a measured breach acts now, in proportion to it.
+        measured = sig.p99_ms
+        breach = (
+            _finite(measured)
+            and measured > self.target_ms
+            and self.requests_in_window >= _MIN_REQUESTS_FOR_BREACH
+        )
+        ratio = measured / self.target_ms if breach else 1.0
+        r_guard = 0
+        self.floor_note = ""
+        if breach:
+            step = math.ceil(max(self.ready, 1) * min(ratio, p.guard_max_step_ratio))
+            step = min(max(step, self.ready + 1), self.r_hi)
+            # Scale out only if the (corrected) model says more replicas lower the p99: a breach at
+            # the latency floor (one batch is already too slow) is not a capacity problem.
+            # The probe is at least twice the ready replicas: a batcher that never idles gains little
+            # per replica until the per-replica gap outlasts an execution, then a lot (docs/policy.md).
+            probe = max(step, min(2 * max(self.ready, 1), self.r_hi))
+            p_now, _ = self.predict(max(self.ready, 1), cur_d, cur_k, lam_plan)
+            p_more, _ = self.predict(probe, cur_d, cur_k, lam_plan)
+            helps = not (math.isfinite(p_now) and p_more > 0.95 * p_now)
+            if not helps:
+                self.floor_note = (
+                    f"more replicas would not help (predicted {p_now:.0f} ms now, {p_more:.0f} ms at {probe})"
+                )
+                r_guard = R
+            elif _since(self.now, state.last_scale_up_s) >= p.guard_cooldown_s:
+                r_guard = max(R + 1 if self.ready >= R else R, step)
+            else:
+                r_guard = R
+        need = max(cand_best.replicas, r_guard)
+        # A pod waiting for a node the pool asked for is not lost before that node's lead time is up.
+        grace_s = p.lost_capacity_grace_s
+        if self.node_pool is not None:
+            grace_s = max(grace_s, float(self.node_pool.provisioning_seconds) + p.pod_start_s)
+        lost = self.ready < R and _since(self.now, state.last_scale_change_s) >= grace_s
+        if lost:
+            gpr = spec.node_pool.gpus_per_replica if spec.node_pool else 1
+            since_s = _since(self.now, state.last_scale_change_s)
+            when = "(no change made yet)"
+            if math.isfinite(since_s):
+                when = f"{since_s:.0f} s after the last change"
+            self.reasons.append(
+                f"lost capacity: {self.ready}/{R} replicas ready {when}: keep {R} "
+                f"replicas (no scale-in), node demand counts {(R - self.ready) * gpr} lost GPUs"
+            )
+
+        # Forced batching changes: unknown running config, spec bounds moved, OOM ceiling.
+        preferred, dropped = self.preferred()
+        running = self.running
+        forced_bits = []
+        if state.batching is None:
+            forced_bits.append("running batching unknown")
+        if (cur_d, cur_k) != (running.max_queue_delay_us, running.instance_count):
+            forced_bits.append("running delay/instances outside spec bounds")
+        if running.max_batch_size != self.max_batch and not oom:
+            forced_bits.append(f"max batch size {running.max_batch_size}→{self.max_batch}")
+        # Triton normalises an empty preferred list to [max_batch_size]: both mean "none set".
+        running_pref = running.preferred_batch_sizes
+        if not preferred and running_pref == (running.max_batch_size,):
+            running_pref = ()
+        if running_pref != preferred:
+            forced_bits.append("preferred batch sizes from spec")
+        if running.max_queue_size != spec.batching.queue_policy.max_queue_size:
+            forced_bits.append("max queue size from spec")
+        forced = bool(forced_bits) or oom
+        since_change = _since(self.now, state.last_batching_change_s)
+        change_allowed = since_change >= spec.batching.min_seconds_between_changes
+
+        # Scale-in path: stabilised, dead-banded, under the RUNNING batching, never with a batching change.
+        window_start = self.now - spec.replicas.scale_down_stabilization_seconds
+        window = [e.replicas for e in state.history if e.time_s >= window_start] + [need]
+        covered = spec.replicas.scale_down_stabilization_seconds == 0 or any(
+            e.time_s <= window_start + spec.tick_seconds / 2 for e in state.history
+        )
+        strict = replace(
+            self.problem(lam_plan * (1.0 + p.scale_in_demand_headroom), self.objective_ms),
+            model=pessimistic(self.model),
+        )
+        r_strict = fewest_replicas(strict, cur_d, cur_k).replicas
+        floor = self.model.floor_replicas
+        floor_active = floor > 0 and lam_plan >= self.model.floor_rate_per_s * (
+            1.0 - p.scale_in_demand_headroom
+        )
+        stable_target = max(max(window), r_strict, floor if floor_active else 0)
+        # Hysteresis (HPA's tolerance, on the way down only): a scale-in must remove a real share of the
+        # fleet. One replica at a time, as the peak correction decays, is a creep that never settles.
+        min_step = max(1, math.ceil(p.scale_in_tolerance * R))
+        within_tolerance = R - min_step < stable_target < R
+        # A scale-in waits until a new batching setting has been measured: its saving was a prediction.
+        unmeasured = _since(self.now, state.last_batching_change_s) < p.settle_s
+        scale_in = (
+            stable_target < R
+            and not within_tolerance
+            and not breach
+            and not lost
+            and not forced
+            and covered
+            and not unmeasured
+        )
+        emergency = False
+        if scale_in:
+            d, k = cur_d, cur_k
+            target = stable_target
+            chosen = fewest_replicas(prob, d, k)
+            self.reasons.append(
+                f"scale in {R}→{target} after {spec.replicas.scale_down_stabilization_seconds} s "
+                f"stabilisation (max recommendation in window {max(window)}, dead-band needs {r_strict})"
+                + (
+                    f"; {floor - 1} were too few at {self.model.floor_rate_per_s:.0f}/s"
+                    if floor_active
+                    else ""
+                )
+            )
+        else:
+            if cand_cur.feasible and cand_cur.replicas <= R:
+                # The running batching copes: change it only for a saving that survives the dead-band.
+                # (The strict search needs at least as many replicas as the normal one: skip it when
+                # even the normal one saves nothing.)
+                better = False
+                if cand_best.replicas < min(R, r_strict):
+                    best_strict = cheapest(strict, delays, insts, (cur_d, cur_k))
+                    # ... and the saving must be one the scale-in tolerance lets through: a reload that
+                    # buys replicas the pool will not release only moves it along the cliff.
+                    better = (
+                        best_strict.feasible
+                        and best_strict.replicas < min(R, r_strict)
+                        and R - best_strict.replicas >= min_step
+                    )
+            else:
+                # An infeasible running setting is left for a feasible one even at more replicas: the
+                # running setting's "fewest" is then only where its p99 stops improving.
+                better = (
+                    (cand_best.feasible and not cand_cur.feasible)
+                    or (cand_best.feasible and cand_best.replicas < cand_cur.replicas)
+                    or (
+                        not cand_cur.feasible
+                        and not cand_best.feasible
+                        and cand_best.p99_ms < 0.9 * cand_cur.p99_ms
+                    )
+                )
+            if better and (change_allowed or forced):
+                chosen = cand_best
+            elif better:
+                chosen = cand_cur
+                self.reasons.append(
+                    f"batching change deferred: last change {since_change:.0f} s ago < "
+                    f"{spec.batching.min_seconds_between_changes} s minimum"
+                )
+            else:
+                chosen = cand_cur
+            d, k = chosen.max_queue_delay_us, chosen.instance_count
+            cut_ok = since_change >= p.guard_cooldown_s and self.ready >= R  # not while capacity is pending
+            if breach and self.delay_matters(cur_d, measured) and cut_ok:
+                # Emergency: cut the delay in proportion to the breach, regardless of the rate limit.
+                cut = _clamp(math.floor(cur_d / ratio**2), self.d_lo, cur_d)
+                cut = max([g for g in delays if g <= cut], default=self.d_lo)
+                if cut < d:
+                    d, emergency = cut, cut < cur_d
+            raw = max(chosen.replicas, r_guard)
+            if raw > R and r_guard <= R and not lost and self.ready >= R and (d, k) == (cur_d, cur_k):
+                # A scale-out for the utilisation cap alone (the p99 meets the objective) waits until
+                # the cap is exceeded by the tolerance: the cap is an extrapolation to full batches.
+                p_now, u_now = self.predict(R, d, k, lam_plan)
+                cap = self.spec.slo.target_gpu_utilization
+                if p_now <= self.objective_ms and u_now <= cap * (1.0 + p.scale_in_tolerance):
+                    self.reasons.append(
+                        f"scale out deferred: capacity utilisation {u_now:.2f} is within "
+                        f"{p.scale_in_tolerance:.0%} of the {cap:.2f} target and p99 meets the objective"
+                    )
+                    raw = R
+            target = max(R, raw)
+            if raw < R:
+                if lost or breach:
+                    pass
+                elif not covered:
+                    self.reasons.append(
+                        f"scale in deferred: less than {spec.replicas.scale_down_stabilization_seconds} s of "
+                        "recommendations recorded"
+                    )
+                elif forced:
+                    self.reasons.append("scale in deferred: batching changes this tick")
+                elif unmeasured:
+                    self.reasons.append(
+                        f"scale in deferred: batching changed "
+                        f"{_since(self.now, state.last_batching_change_s):.0f} s ago, not yet measured"
+                    )
+                elif within_tolerance and max(window) < R and r_strict < R:
+                    self.reasons.append(
+                        f"scale in deferred: {R}→{stable_target} is within the "
+                        f"{p.scale_in_tolerance:.0%} scale-in tolerance (at least {min_step} fewer)"
+                    )
+                else:
+                    self.reasons.append(
+                        f"scale in deferred: stabilisation window (max recommendation "
+                        f"{max(window)}, dead-band needs {r_strict})"
+                        + (
+                            f"; {floor - 1} replicas were too few at {self.model.floor_rate_per_s:.0f}/s"
+                            if floor_active and floor >= R
+                            else ""
+                        )
+                    )
+        if target > self.r_hi or target < self.r_lo:
+            self.reasons.append(f"replicas clamped to spec bounds [{self.r_lo}, {self.r_hi}]")
+        target = _clamp(target, self.r_lo, self.r_hi)
+        # Node demand leads replica demand by the node pool's provisioning time.
+        lam_ahead = self.forecast(slope, self.node_lead_s())
+        r_ahead = fewest_replicas(self.problem(lam_ahead, self.objective_ms), d, k).replicas
+        r_ahead = _clamp(max(r_ahead, target), self.r_lo, self.r_hi)
+        planned = target
+        if self.paid_replicas is not None and r_guard <= R and not lost:
+            # A release moves replicas down: only under the running batching, never with a breach,
+            # and only once the fleet has held still for the scale-down stabilisation window.
+            can_release = (
+                not breach
+                and not forced
+                and covered
+                and (d, k) == (cur_d, cur_k)
+                and not unmeasured
+                and self.ready >= R
+                and _since(self.now, state.last_scale_change_s)
+                >= spec.replicas.scale_down_stabilization_seconds
+            )
+            target, planned, r_ahead = self.use_paid_nodes(
+                target, r_ahead, d, k, lam_plan, lam_ahead, can_release=can_release
+            )
+        if not chosen.feasible:
+            self.reasons.append(
+                f"objective unreachable within replicas.max {self.r_hi}: predicted p99 "
+                f"{chosen.p99_ms:.0f} ms at {chosen.replicas} replicas"
+            )
+
+        timeout = self.timeout_us(d, frozen=scale_in or not (change_allowed or forced))
+        new_batching = BatchingConfig(
+            max_queue_delay_us=d,
+            max_batch_size=self.max_batch,
+            preferred_batch_sizes=preferred,
+            instance_count=k,
+            queue_timeout_us=timeout,
+            max_queue_size=spec.batching.queue_policy.max_queue_size,
+        )
+        batching_changed = state.batching is None or _normal(new_batching) != _normal(state.batching)
+        if batching_changed and scale_in:  # by construction impossible; keep the invariant explicit
+            raise AssertionError("policy bug: batching change and scale-in in one tick")
+        if batching_changed and forced_bits:
+            self.reasons.append(f"batching reset: {', '.join(forced_bits)}")
+        if dropped:
+            self.reasons.append(
+                f"preferred batch sizes {list(dropped)} dropped: above max batch size {self.max_batch}"
+            )
+
+        p99_pred, util_pred = self.predict(target, d, k, lam_plan)
+        if breach:
+            parts = []
+            if emergency:
+                parts.append(f"cut queue delay {cur_d}→{d} µs")
+            if target > R:
+                parts.append(f"scale {R}→{target}")
+            if self.floor_note and target <= R:
+                parts.append(self.floor_note)
+            action = " and ".join(parts) if parts else "hold (scale-up in progress)"
+            self.reasons.insert(0, f"p99 {measured:.0f} ms > {self.target_ms:.0f} ms objective: {action}")
+        elif target > R:
+            self.reasons.insert(
+                0,
+                f"scale out {R}→{target}: predicted p99 {p99_pred:.0f} ms ≤ {self.objective_ms:.0f} ms "
+                f"({self.target_ms:.0f} ms − {spec.slo.margin_ratio:.0%} margin) at {lam_plan:.0f}/s",
+            )
+        if batching_changed and not emergency and (d, k) != (cur_d, cur_k):
+            saved = cand_cur.replicas - chosen.replicas
+            moves = []
+            if d != running.max_queue_delay_us:
+                moves.append(f"queue delay {running.max_queue_delay_us}→{d} µs")
+            if k != running.instance_count:
+                moves.append(f"instances {running.instance_count}→{k}")
+            self.reasons.append(
+                f"batching: {', '.join(moves)}"
+                + (f" saves {saved} replica{'s' if saved != 1 else ''}" if saved > 0 else "")
+            )
+        if target == R and not batching_changed:
+            self.reasons.append(
+                f"steady: {R} replica{'s' if R != 1 else ''} meet{'s' if R == 1 else ''} the objective "
+                f"(predicted p99 {p99_pred:.0f} ms, "
+                f"measured {measured:.0f} ms, target {self.target_ms:.0f} ms)"
+            )
+        self.reasons.append(
+            f"model: batch latency {self.model.a_ms:.1f} + {self.model.b_ms:.2f}·batch ms, "
+            f"correction ×{self.model.correction:.2f} {self.model.offset_ms:+.0f} ms, "
+            f"{self.items:.1f} inferences/request, "
+            f"{k} instance{'s' if k != 1 else ''}, delay {d} µs, utilisation {util_pred:.2f}"
+        )
+
+        actions: list[PolicyAction] = []
+        if target != R:
+            actions.append("scale")
+        if batching_changed:
+            actions.append("batching")
+        if spec.mode == Mode.RECOMMEND:
+            if actions:
+                self.reasons.insert(0, f"Recommend mode: would {' and '.join(actions)}; nothing applied")
+            actions = []
+
+        measured_short = _finite(measured) and measured > self.objective_ms
+        if planned > R and self.ready >= R and measured_short:
+            # Evidence: R serving replicas were MEASURED too few at this demand (a prediction that
+            # they would be is not evidence: a fresh model's first guess would pin the pool above
+            # its need for as long as the load stays).
+            self.model = replace(self.model, floor_replicas=R + 1, floor_rate_per_s=self.lam)
+        elif floor > 0 and (not floor_active or "batching" in actions):
+            # The evidence was about the running batching: a new setting starts without it.
+            self.model = replace(self.model, floor_replicas=0, floor_rate_per_s=math.nan)
+        # A node bought on the forecast alone must be asked for two ticks running: a trend that
+        # flickers across its threshold would otherwise order and cancel a node every other tick.
+        ahead_asked = r_ahead
+        prev = state.history[-1] if state.history else None
+        if (
+            r_ahead > planned
+            and prev is not None
+            and prev.replicas_ahead > 0
+            and self.now - prev.time_s <= 2.5 * spec.tick_seconds
+            and not breach
+            and not lost
+        ):
+            r_ahead = max(planned, min(r_ahead, prev.replicas_ahead))
+        history = self.history(need, ahead_asked)
+        return Decision(
+            replicas=target,
+            batching=new_batching,
+            predicted_p99_ms=p99_pred,
+            reasons=tuple(self.reasons),
+            latency_model=self.model,
+            node_demand=_node_demand(spec, planned, r_ahead, hold=False),
+            scale_changed="scale" in actions,
+            batching_changed="batching" in actions,
+            hold=False,
+            history=history,
+            actions=tuple(actions),
+            mode=spec.mode.value,
+            emergency=emergency,
+            predicted_utilization=util_pred,
+            demand_per_s=lam_plan,
+        )
+
+    # -- helpers --------------------------------------------------------------------------------------
+    def use_paid_nodes(
+        self,
+        target: int,
+        r_ahead: int,
+        d: int,
+        k: int,
+        lam_plan: float,
+        lam_ahead: float,
+        *,
+        can_release: bool,
+    ) -> tuple[int, int, int]:
+        """(replicas, planned replicas, replicas ahead) once node granularity is priced in.
+
+        Nodes are bought whole: the margin below the target is worth a free GPU on a node already
+        paid for, not a new node. So (1) a plan that would open a node only to meet the objective
+        (target − margin) stays on the paid nodes when they meet the target itself, and (2) the
+        replicas fill the nodes the plan holds anyway (idle paid GPUs buy latency for nothing). The
+        node demand follows the plan, never the fill, so the node pool still shrinks: (3) a node held
+        only for the margin is released when the target is met without it at the scale-in dead-band
+        (10 % more demand, the peak correction).
+        """
+        assert self.paid_replicas is not None
+        paid = _clamp(self.paid_replicas, self.r_lo, self.r_hi)
+        gpr = self.spec.node_pool.gpus_per_replica if self.spec.node_pool else 1
+        gpn = self.node_pool.gpus_per_node if self.node_pool else gpr
+        per_node = max(1, gpn // gpr)
+        # The part of the margin that whole nodes are bought for; the rest is bought with free GPUs.
+        node_ms = self.target_ms * (1.0 - self.spec.slo.margin_ratio * self.p.node_margin_share)
+        # Releasing a node is checked against a stricter level than buying one (hysteresis in nodes).
+        release_ms = self.target_ms * (
+            1.0 - self.spec.slo.margin_ratio * max(self.p.node_release_margin_share, self.p.node_margin_share)
+        )
+        planned = target
+        if max(planned, r_ahead) > paid:
+            now_ok = fewest_replicas(self.problem(lam_plan, node_ms), d, k)
+            ahead_ok = fewest_replicas(self.problem(lam_ahead, node_ms), d, k)
+            if now_ok.feasible and ahead_ok.feasible and max(now_ok.replicas, ahead_ok.replicas) <= paid:
+                self.reasons.append(
+                    f"margin without a new node: {paid} replicas on the paid nodes meet "
+                    f"{node_ms:.0f} ms (the {self.objective_ms:.0f} ms objective would "
+                    f"need {max(planned, r_ahead)})"
+                )
+                planned = min(planned, paid)
+                r_ahead = min(r_ahead, paid)
+        fewer = paid - per_node
+        if can_release and fewer >= self.r_lo and max(planned, r_ahead) > fewer:
+            head = 1.0 + self.p.scale_in_demand_headroom
+            peak = pessimistic(self.model)
+            # A released node takes its lead time to come back: the fewer replicas must also have
+            # served the busiest demand seen over that long (minute-to-minute swings outrun 10 %).
+            recent = self.recent_peak_rate(self.node_lead_s())
+            strict = [
+                fewest_replicas(replace(self.problem(lam * head, release_ms), model=peak), d, k)
+                for lam in (lam_plan, lam_ahead, recent)
+            ]
+            if all(c.feasible and c.replicas <= fewer for c in strict):
+                self.reasons.append(
+                    f"release a node: {fewer} replicas meet {release_ms:.0f} ms at "
+                    f"{head - 1:.0%} more demand (the objective alone held {max(planned, r_ahead)})"
+                )
+                planned = min(planned, fewer)
+                r_ahead = min(r_ahead, fewer)
+        fill = min(paid, per_node * math.ceil(max(planned, r_ahead) / per_node))
+        if fill > planned:
+            self.reasons.append(
+                f"fill paid nodes: {fill} replicas on GPUs already paid for (the plan needs {planned})"
+            )
+        return max(planned, fill), planned, r_ahead
+
+    def tabu(self, cand_cur: Candidate, cur_d: int, cur_k: int) -> tuple[tuple[int, int], ...]:
+        """Settings not to propose now; records the running one when it failed soon after adoption."""
+        m, p, state = self.model, self.p, self.state
+        since = _since(self.now, state.last_batching_change_s)
+        measured = self.sig.p99_ms
+        missed = not cand_cur.feasible or (_finite(measured) and measured > self.objective_ms)
+        live = [e for e in m.tabu if _finite(e[2]) and self.now < e[2]]
+        if (
+            state.batching is not None
+            and p.settle_s <= since <= p.tabu_after_change_s  # the p99 window describes this setting
+            and missed
+            and self.ready >= state.replicas
+        ):
+            if not any((d, k) == (cur_d, cur_k) for d, k, _ in live):
+                self.reasons.append(
+                    f"batching {cur_d} µs / {cur_k} instance{'s' if cur_k != 1 else ''} missed the objective "
+                    f"{since:.0f} s after it was adopted: not proposed again for {p.tabu_s / 3600:.0f} h"
+                )
+            live = [e for e in live if (e[0], e[1]) != (cur_d, cur_k)]
+            live.append((cur_d, cur_k, self.now + p.tabu_s))
+        live = live[-p.tabu_max_entries :]
+        if tuple(live) != m.tabu:
+            self.model = replace(m, tabu=tuple(live))
+        return tuple((d, k) for d, k, _ in live)
+
+    def node_lead_s(self) -> float:
+        """How long a node asked for now takes to serve: provisioning plus pod start."""
+        prov_s = (
+            float(self.node_pool.provisioning_seconds) if self.node_pool else self.p.default_provisioning_s
+        )
+        return prov_s + self.p.pod_start_s
+
+    def recent_peak_rate(self, window_s: float) -> float:
+        """The busiest demand (inferences/s) recorded within `window_s`, now included."""
+        rates = [
+            e.rate_per_s
+            for e in self.state.history
+            if e.time_s >= self.now - window_s and _finite(e.rate_per_s)
+        ]
+        return max([self.lam, *rates])
+
+    def forecast(self, slope_per_s2: float, lead_s: float) -> float:
+        """Demand `lead_s` ahead on the fitted trend, the rise capped at `forecast_max_rise_ratio` of now.
+
+        A 5-minute trend extrapolated over a 6-minute node lead doubles any burst at the start of a
+        ramp; nodes ordered for it are billed while they provision even if the burst is gone.
+        """
+        rise = slope_per_s2 * lead_s
+        return self.lam + min(rise, self.p.forecast_max_rise_ratio * self.lam)
+
+    def predict(self, replicas: int, d: int, k: int, lam: float) -> tuple[float, float]:
+        if replicas <= 0:
+            return math.nan, 0.0
+        est = estimate(
+            self.model,
+            rate_per_s=lam / replicas,
+            max_queue_delay_us=d,
+            instance_count=k,
+            max_batch_size=self.max_batch,
+            quantile=self.spec.slo.latency_quantile,
+            items_per_request=self.items,
+            params=self.p,
+            replicas=replicas,
+        )
+        return corrected(self.model, est.p99_ms), est.utilization
+
+    def estimate_running(self, model: LatencyModel) -> Estimate:
+        """The model's view of the running configuration at the measured load (ready replicas)."""
+        return estimate(
+            model,
+            rate_per_s=self.lam / max(self.ready, 1),
+            max_queue_delay_us=self.running.max_queue_delay_us,
+            instance_count=self.running.instance_count,
+            max_batch_size=self.running.max_batch_size,
+            quantile=self.spec.slo.latency_quantile,
+            items_per_request=self.items,
+            params=self.p,
+            replicas=max(self.ready, 1),
+        )
+
+    def delay_matters(self, delay_us: int, measured_ms: float) -> bool:
+        """Whether the queue delay is a real share of the p99 (cutting 250 µs off 200 ms helps nobody)."""
+        return delay_us / 1000.0 >= self.p.guard_min_delay_share * measured_ms
+
+    def preferred(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Spec's preferred sizes that fit under max batch (Triton rejects larger ones)."""
+        sizes = sorted(set(self.spec.batching.preferred_batch_sizes or ()))
+        keep = tuple(s for s in sizes if s <= self.max_batch)
+        dropped = tuple(s for s in sizes if s > self.max_batch)
+        return keep, dropped
+
+    def timeout_us(self, d: int, *, frozen: bool) -> int | None:
+        """Spec's timeout if set; on stragglers, the wait after which a request misses the objective."""
+        fixed = self.spec.batching.queue_policy.timeout_microseconds
+        if fixed is not None:
+            return fixed
+        current = self.running.queue_timeout_us
+        if current is not None or not self.straggler or frozen:
+            return current  # sticky: removing it would be one more reload for no gain
+        # Only hopeless requests: one that has queued longer than the objective minus the fastest
+        # execution misses it whatever happens next, so rejecting it loses nothing and frees its slot.
+        budget_ms = self.target_ms - (self.model.a_ms + self.model.b_ms)
+        value = max(int(budget_ms * 1000), d + 1000)
+        self.reasons.append(f"queue timeout {value} µs so one long request cannot stall the queue")
+        return value
+
+    def history(self, need: int, replicas_ahead: int) -> tuple[HistoryEntry, ...]:
+        p, spec = self.p, self.spec
+        keep_s = (
+            max(spec.replicas.scale_down_stabilization_seconds, p.forecast_window_s, self.node_lead_s())
+            + 4 * spec.tick_seconds
+        )
+        kept = [e for e in self.state.history if e.time_s >= self.now - keep_s and e.time_s < self.now]
+        kept.append(
+            HistoryEntry(time_s=self.now, replicas=need, rate_per_s=self.lam, replicas_ahead=replicas_ahead)
+        )
+        return tuple(kept[-p.history_max_entries :])

@@ -1,0 +1,170 @@
+"""The cheapest (replicas, queue delay, instances) that meets the objective: a small exhaustive search.
+
+Pure. For each candidate (delay, instances) the fewest replicas that meet the corrected p99 objective
+and the utilisation cap is found by bisection (the estimate rises with per-replica load), then the
+cheapest candidate wins; ties go to the running configuration (no reload), then to the lowest p99.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from poolpilot.policy.model import arrival_cv2, core, corrected, z_score
+from poolpilot.policy.params import PolicyParams
+from poolpilot.policy.types import LatencyModel
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One (queue delay, instance count) setting with the replicas it needs."""
+
+    max_queue_delay_us: int
+    instance_count: int
+    replicas: int
+    p99_ms: float  # corrected prediction at `replicas`
+    utilization: float
+    feasible: bool  # meets the objective and the utilisation cap within replicas.max
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Everything the search needs, fixed for one tick."""
+
+    model: LatencyModel
+    rate_per_s: float  # inferences/s for the whole pool
+    items_per_request: float
+    max_batch_size: int
+    quantile: float
+    objective_ms: float  # target x (1 - margin)
+    max_utilization: float
+    min_replicas: int
+    max_replicas: int
+    params: PolicyParams
+
+
+def predict(prob: Problem, replicas: int, delay_us: int, instances: int) -> tuple[float, float]:
+    """Corrected p99 (ms) and utilisation of the pool with `replicas` replicas sharing the load."""
+    if replicas <= 0:
+        return (math.inf, math.inf) if prob.rate_per_s > 0 else (math.nan, 0.0)
+    m = prob.model
+    p99, _, _, _, util, _ = core(
+        m.a_ms,
+        m.b_ms,
+        prob.rate_per_s / replicas / 1000.0,
+        delay_us / 1000.0,
+        instances,
+        prob.max_batch_size,
+        z_score(prob.quantile),
+        1.0 - prob.quantile,
+        prob.items_per_request,
+        arrival_cv2(prob.params, replicas),
+        prob.params.instance_slowdown,
+        prob.params.wait_model == "renewal",
+    )
+    return corrected(m, p99), util
+
+
+def _ok(prob: Problem, replicas: int, delay_us: int, instances: int) -> bool:
+    p99, util = predict(prob, replicas, delay_us, instances)
+    return p99 <= prob.objective_ms and util <= prob.max_utilization
+
+
+def fewest_replicas(prob: Problem, delay_us: int, instances: int, *, hi: int | None = None) -> Candidate:
+    """Bisection on replicas: the estimate is monotone in the per-replica rate.
+
+    `hi`, when given, is a replica count already known to meet the objective.
+    """
+    lo = max(prob.min_replicas, 1 if prob.rate_per_s > 0 else 0)
+    known_ok = hi is not None
+    hi = max(prob.max_replicas if hi is None else hi, lo)
+    if prob.rate_per_s <= 0:
+        r = prob.min_replicas
+        p99, util = predict(prob, r, delay_us, instances) if r > 0 else (math.nan, 0.0)
+        return Candidate(delay_us, instances, r, p99, util, True)
+    if not known_ok and not _ok(prob, hi, delay_us, instances):
+        # Unreachable: stop where one more replica buys less than 1 % of the objective (a flat
+        # latency floor is not a capacity problem), within the utilisation cap.
+        step_ms = 0.01 * prob.objective_ms
+        while lo < hi:
+            mid = (lo + hi) // 2
+            p_mid, u_mid = predict(prob, mid, delay_us, instances)
+            p_next, _ = predict(prob, mid + 1, delay_us, instances)
+            if u_mid <= prob.max_utilization and p_mid - p_next < step_ms:
+                hi = mid
+            else:
+                lo = mid + 1
+        p99, util = predict(prob, lo, delay_us, instances)
+        return Candidate(delay_us, instances, lo, p99, util, False)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _ok(prob, mid, delay_us, instances):
+            hi = mid
+        else:
+            lo = mid + 1
+    p99, util = predict(prob, lo, delay_us, instances)
+    return Candidate(delay_us, instances, lo, p99, util, True)
+
+
+def delay_candidates(lo_us: int, hi_us: int, current_us: int | None, grid: Iterable[int]) -> list[int]:
+    """Grid points within the spec's bounds, the bounds themselves and the running delay."""
+    out = {lo_us, hi_us}
+    out.update(d for d in grid if lo_us <= d <= hi_us)
+    if current_us is not None and lo_us <= current_us <= hi_us:
+        out.add(current_us)
+    return sorted(out)
+
+
+def instance_candidates(lo: int, hi: int, limit: int) -> list[int]:
+    return list(range(lo, min(hi, lo + limit - 1) + 1))
+
+
+def cheapest(
+    prob: Problem,
+    delays_us: Sequence[int],
+    instances: Sequence[int],
+    current: tuple[int, int] | None,
+    *,
+    exclude: tuple[tuple[int, int], ...] = (),
+) -> Candidate:
+    """Fewest replicas over all candidates; ties: the running (delay, instances), then lowest p99.
+
+    When nothing is feasible within replicas.max, the lowest predicted p99 at replicas.max wins.
+    `exclude`: (delay, instances) settings not to propose (the running one is always evaluated).
+    """
+    order = [(d, k) for k in instances for d in delays_us if (d, k) == current or (d, k) not in exclude]
+    if current is not None and current in order:
+        order.remove(current)
+        order.insert(0, current)
+    best = fewest_replicas(prob, *order[0])
+    lo = max(prob.min_replicas, 1 if prob.rate_per_s > 0 else 0)
+    for d, k in order[1:]:
+        if best.feasible and prob.rate_per_s > 0:
+            # Prune: a candidate matters only if it meets the objective with fewer replicas, or
+            # with as many and a lower p99 (2 evaluations instead of a full bisection).
+            if best.replicas > lo and _ok(prob, best.replicas - 1, d, k):
+                c = fewest_replicas(prob, d, k, hi=best.replicas - 1)
+            else:
+                p99, util = predict(prob, best.replicas, d, k)
+                ok = p99 <= prob.objective_ms and util <= prob.max_utilization
+                c = Candidate(d, k, best.replicas, p99, util, ok)
+        else:
+            c = fewest_replicas(prob, d, k)
+        if _better(c, best, current):
+            best = c
+    return best
+
+
+def _better(c: Candidate, best: Candidate, current: tuple[int, int] | None) -> bool:
+    if c.feasible != best.feasible:
+        return c.feasible
+    if not c.feasible:
+        return c.p99_ms < best.p99_ms
+    if c.replicas != best.replicas:
+        return c.replicas < best.replicas
+    c_cur = (c.max_queue_delay_us, c.instance_count) == current
+    b_cur = (best.max_queue_delay_us, best.instance_count) == current
+    if c_cur != b_cur:
+        return c_cur
+    return c.p99_ms < best.p99_ms

@@ -1,0 +1,170 @@
+"""Inputs and outputs of the policy: plain frozen dataclasses, no I/O, no clock.
+
+The reconciler builds `Signals` from Prometheus and `PoolState` from the resource's status; the
+simulator builds the same from its scraped series. `decide` returns a `Decision` that both turn
+into actions (or, in Recommend mode, only report).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+PolicyAction = Literal["scale", "batching"]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchingConfig:
+    """The Triton dynamic-batching settings PoolPilot controls on every pod of a pool."""
+
+    max_queue_delay_us: int
+    max_batch_size: int
+    preferred_batch_sizes: tuple[int, ...]
+    instance_count: int
+    # default_queue_policy.default_timeout_microseconds; None = no timeout
+    queue_timeout_us: int | None = None
+    max_queue_size: int = 0  # 0 = unbounded
+
+
+@dataclass(frozen=True, slots=True)
+class Signals:
+    """One tick's view of a pool, as Prometheus gives it (windowed rates and quantiles).
+
+    Any field may be NaN when the series is missing; `age_s` is how old the newest sample is.
+    """
+
+    p99_ms: float = math.nan  # measured latency at spec.slo.latencyQuantile
+    request_rate_per_s: float = math.nan  # successful + failed requests per second, whole pool
+    inference_rate_per_s: float = math.nan  # inferences (batch dim) per second, whole pool
+    gpu_utilization: float = math.nan  # busy fraction 0..1, mean over the pool's GPUs
+    queue_time_us: float = math.nan  # mean time in Triton's queue per request
+    avg_batch_size: float = math.nan  # inferences / executions
+    compute_us_per_exec: float = math.nan  # mean compute_infer time of one execution (one batch)
+    pending_requests: float = math.nan  # queue depth, summed over pods
+    mean_tokens_per_request: float = math.nan  # for cost per 1k tokens (may be NaN)
+    failure_rate_by_reason: dict[str, float] = field(default_factory=dict)  # REJECTED, BACKEND, OOM...
+    ready_replicas: int | None = None  # pods serving now (from the workload's status)
+    age_s: float = 0.0  # how stale the newest sample is
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """One past recommendation, kept in status for stabilisation across restarts.
+
+    `replicas` is the raw (unstabilised) recommendation of that tick; `rate_per_s` the demand it was
+    sized for (inferences/s), used to forecast demand over the pod-start and node lead times.
+    """
+
+    time_s: float
+    replicas: int
+    rate_per_s: float = math.nan
+    # Replicas the node pool was asked to hold ahead of demand at that tick (0 = not recorded).
+    replicas_ahead: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyModel:
+    """batch latency ≈ a_ms + b_ms · batch, and the measured/predicted p99 correction."""
+
+    a_ms: float
+    b_ms: float
+    correction: float = 1.0
+    samples: int = 0
+    # Exponentially weighted sufficient statistics of (batch size x, compute ms per execution y),
+    # so the fit survives restarts when persisted in status. All decay by `PolicyParams.fit_decay`
+    # per observation.
+    sum_w: float = 0.0
+    sum_x: float = 0.0
+    sum_y: float = 0.0
+    sum_xx: float = 0.0
+    sum_xy: float = 0.0
+    # Largest max_batch_size known to be safe (lowered after OOM/BACKEND failures); None = model's.
+    max_batch_ceiling: int | None = None
+    # Smoothed ratio of measured p99 to the model's (uncorrected) prediction: the straggler signal.
+    straggler_ratio: float = 1.0
+    # Highest recent correction, decaying slowly toward `correction`; scale-in is checked with it
+    # (the correction differs between operating points: without this memory, scale in at the
+    # point's low correction and scale out at the next one's high correction repeat forever).
+    correction_peak: float = 0.0
+    # Anti-flap memory: at `floor_rate_per_s` inferences/s the pool last had to scale OUT to
+    # `floor_replicas`; scale-in below it waits until demand drops clearly below that rate.
+    floor_replicas: int = 0
+    floor_rate_per_s: float = math.nan
+    # Additive correction (ms): measured p99 minus the model's, smoothed. The tail the model does not
+    # see (long-token stragglers, skew) adds to every request's latency, so it is added, not scaled:
+    # scaling it would credit more replicas with removing it. `offset_peak_ms` is its recent peak,
+    # decaying like `correction_peak` (NaN = none yet).
+    offset_ms: float = 0.0
+    offset_peak_ms: float = math.nan
+    # A batching setting (delay µs, instances) adopted for a saving that then missed the objective is
+    # not proposed again before its until_s (the model was wrong about it; see docs/policy.md).
+    # Entries (delay µs, instances, until_s), newest last, at most `PolicyParams.tabu_max_entries`.
+    tabu: tuple[tuple[int, int, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PoolState:
+    """What the policy remembers between ticks (persisted in the resource's status)."""
+
+    replicas: int  # current spec.replicas of the workload
+    batching: BatchingConfig | None  # last applied batching (None = unknown / Triton default)
+    latency_model: LatencyModel | None = None
+    history: tuple[HistoryEntry, ...] = ()
+    last_batching_change_s: float | None = None
+    last_scale_change_s: float | None = None
+    last_scale_up_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodePoolDemand:
+    """GPU demand one pool puts on its node pool, with the lead time to have it ready."""
+
+    node_pool: str
+    gpus_now: int
+    gpus_ahead: int  # GPUs needed `provisioning_seconds` from now (forecast); >= gpus_now when rising
+    gpus_per_replica: int = 1  # a replica's GPUs must sit on one node: the packing unit
+    hold: bool = False  # the pool's metrics are missing/stale: never shrink the node pool on its account
+
+
+@dataclass(frozen=True, slots=True)
+class NodePoolDecision:
+    """How many nodes a node pool should have, summed over every pool drawing on it, and why."""
+
+    nodes: int
+    current_nodes: int
+    gpus_now: int
+    gpus_ahead: int
+    reasons: tuple[str, ...]
+    hold: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return self.nodes != self.current_nodes
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What the policy wants, why, and whether anything should change now."""
+
+    replicas: int
+    batching: BatchingConfig
+    predicted_p99_ms: float
+    reasons: tuple[str, ...]
+    latency_model: LatencyModel | None = None
+    node_demand: NodePoolDemand | None = None
+    scale_changed: bool = False  # == ("scale" in actions): False in Recommend/Off mode
+    batching_changed: bool = False  # == ("batching" in actions)
+    hold: bool = False  # True when the policy refused to act (missing/stale metrics, Off mode)
+    history: tuple[HistoryEntry, ...] = ()
+    # What the caller must do now. EMPTY in Recommend and Off mode (and on hold): apply exactly these,
+    # never `replicas`/`batching` on their own — those are the recommendation, shown in status.
+    actions: tuple[PolicyAction, ...] = ()
+    mode: str = "Auto"
+    emergency: bool = False  # True when the feedback guard acted on a measured breach this tick
+    predicted_utilization: float = math.nan  # demand / capacity at full batches for the chosen config
+    demand_per_s: float = math.nan  # inferences/s the decision was sized for (after forecasting)
+
+    @property
+    def acts(self) -> bool:
+        return self.scale_changed or self.batching_changed

@@ -1,0 +1,1 @@
+"""Test harnesses that start real components (etcd, kube-apiserver, kube-controller-manager, Prometheus)."""
