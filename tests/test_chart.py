@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,12 @@ def test_apiserver_accepts_rendered_chart(control_plane: ControlPlane) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "deployment.apps/pp-poolpilot created (server dry run)" in result.stdout
+
+
+def test_chart_readme_is_generated_from_the_values_comments() -> None:
+    result = subprocess.run(
+        [sys.executable, str(REPO / "hack" / "chart_readme.py"), "--check"], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    readme = (CHART / "README.md").read_text()
+    assert "| `crds.install` | bool | `true` |" in readme
