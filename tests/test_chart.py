@@ -79,9 +79,23 @@ def test_notes_warn_about_replicas_without_peering() -> None:
     assert "without settings.peering" not in quiet.stdout and "kubectl get inferencepools -A" in quiet.stdout
 
 
-def test_chart_lints_strictly() -> None:
-    result = helm("lint", "--strict", str(CHART))
+MODES = {
+    "default": [],
+    "namespaced": ["settings.namespaces={team-a,team-b}"],
+    "monitoring": ["serviceMonitor.enabled=true", "prometheusRule.enabled=true", "dashboard.enabled=true"],
+    "crds-off": ["crds.install=false"],
+    "peering": ["replicaCount=2", "settings.peering=prod"],
+    "providers": ["providers.clusterAPI.enabled=true", "providers.placeholder.enabled=true"],
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_chart_lints_strictly_and_renders_in_every_documented_mode(mode: str) -> None:
+    sets = [arg for s in MODES[mode] for arg in ("--set", s)]
+    result = helm("lint", "--strict", str(CHART), *sets)
     assert result.returncode == 0, result.stdout + result.stderr
+    rendered = helm("template", "pp", str(CHART), *sets)
+    assert rendered.returncode == 0 and rendered.stderr == "", rendered.stderr
 
 
 def test_values_schema_rejects_bad_settings() -> None:
@@ -137,6 +151,13 @@ def test_apiserver_accepts_rendered_chart(control_plane: ControlPlane) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "deployment.apps/pp-poolpilot created (server dry run)" in result.stdout
+    # And for real: every object the chart renders is accepted and stored.
+    applied = control_plane.kubectl("apply", "--server-side", "-f", "-", input=rendered.stdout, check=False)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    stored = control_plane.kubectl(
+        "get", "deployment,serviceaccount,poddisruptionbudget", "-n", "poolpilot-system"
+    )
+    assert "pp-poolpilot" in stored.stdout
 
 
 def test_chart_readme_is_generated_from_the_values_comments() -> None:
