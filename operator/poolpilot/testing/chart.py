@@ -10,7 +10,6 @@ process with exactly the Deployment's arguments and the ServiceAccount's identit
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import urllib.request
@@ -21,20 +20,11 @@ from typing import Any
 
 import yaml
 
-from poolpilot.testing.controlplane import ControlPlane
+from poolpilot.testing.controlplane import ControlPlane, cache_root
 
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "poolpilot"
 RBAC_KINDS = frozenset({"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"})
-
-
-def cache_root() -> Path:
-    """The project's binary cache, by the same rules as hack/*.sh."""
-    root = os.environ.get("POOLPILOT_CACHE")
-    if root:
-        return Path(root)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "poolpilot"
 
 
 def helm_binary() -> Path:

@@ -91,13 +91,16 @@ def cache_bin_dir() -> Path:
     explicit = os.environ.get("POOLPILOT_BIN_DIR")
     if explicit:
         return Path(explicit)
+    return cache_root() / f"k8s-{k8s_version()}" / "bin"
+
+
+def cache_root() -> Path:
+    """The project's binary cache, as hack/*.sh find it: $POOLPILOT_CACHE, else XDG's cache/poolpilot."""
     root = os.environ.get("POOLPILOT_CACHE")
     if root:
-        base = Path(root)
-    else:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        base = (Path(xdg) if xdg else Path.home() / ".cache") / "poolpilot"
-    return base / f"k8s-{k8s_version()}" / "bin"
+        return Path(root)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "poolpilot"
 
 
 @dataclass(frozen=True)
@@ -439,6 +442,28 @@ def write_kubeconfig(path: Path, server: str, pki: Pki, name: str = "poolpilot-t
 # --------------------------------------------------------------------------------------------------
 
 
+KWOK_VERSION = "v0.8.0"
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+KWOK_POD_CIDR = "127.1.0.1/16"
+
+
+def kwok_files() -> tuple[Path, list[Path]]:
+    """kwok's binary and stage files, built by hack/build-kwok.sh into the project cache."""
+    root = cache_root() / f"kwok-{KWOK_VERSION}"
+    binary, stages = root / "bin" / "kwok", sorted((root / "stages").glob("*.yaml"))
+    if not binary.exists() or not stages:
+        raise ControlPlaneError(f"kwok not found under {root}: run `bash hack/build-kwok.sh` (setup.sh does)")
+    return binary, stages
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
 def free_port() -> int:
     """A loopback TCP port nobody listens on right now (the kernel's pick)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -525,7 +550,14 @@ class ControlPlane:
         start_timeout_s: float = 120.0,
         stop_grace_s: float = 10.0,
         audit: bool = False,
+        scheduler: bool = False,
+        kwok: bool = False,
     ) -> None:
+        self.scheduler = scheduler or kwok
+        """Also run kube-scheduler (pods get bound to nodes)."""
+        self.kwok = kwok
+        """Also run kwok: Nodes annotated `kwok.x-k8s.io/node: fake` become Ready and their pods Running, with
+        pod IPs in KWOK_POD_CIDR (loopback: a process on this machine can serve at a pod's IP)."""
         self.audit = audit
         """Write the apiserver's audit log (every request at Metadata level: who, verb, resource), so a
         benchmark can count the API calls each client makes (`audit_events`)."""
@@ -826,6 +858,7 @@ class ControlPlane:
             lambda: _https_ok(kcm_url, kcm_ctx),
             deadline,
         )
+        self._launch_nodes(b, deadline)
         # The ServiceAccount admission plugin stays on: pods need the `default` SA the KCM creates.
         sa_url = f"{self.server}/api/v1/namespaces/default/serviceaccounts/default"
         self._wait(
@@ -835,6 +868,51 @@ class ControlPlane:
             lambda: _https_ok(sa_url, api_ctx),
             deadline,
         )
+
+    def _launch_nodes(self, b: Binaries, deadline: float) -> None:
+        """kube-scheduler and kwok (the node/pod lifecycle without kubelets), when asked for."""
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE  # self-signed serving certs; we only ask "are you healthy"
+        if self.scheduler:
+            port = free_port()
+            self.ports["kube-scheduler"] = port
+            sched = self._spawn(
+                "kube-scheduler",
+                [
+                    str(b.bin_dir / "kube-scheduler"),
+                    f"--kubeconfig={self.kubeconfig}",
+                    f"--authentication-kubeconfig={self.kubeconfig}",
+                    f"--authorization-kubeconfig={self.kubeconfig}",
+                    "--leader-elect=false",
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={port}",
+                ],
+            )
+            url = f"https://127.0.0.1:{port}/healthz"
+            ok = lambda: _https_ok(url, insecure)  # noqa: E731
+            self._wait("kube-scheduler", sched, f"kube-scheduler {url}", ok, deadline)
+        if self.kwok:
+            binary, stages = kwok_files()
+            config = self.work_dir / "kwok-stages.yaml"
+            config.write_text("\n---\n".join(p.read_text() for p in stages))
+            port = free_port()
+            self.ports["kwok"] = port
+            kwok = self._spawn(
+                "kwok",
+                [
+                    str(binary),
+                    f"--kubeconfig={self.kubeconfig}",
+                    f"--config={config}",
+                    "--manage-all-nodes=false",
+                    f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+                    f"--cidr={KWOK_POD_CIDR}",
+                    "--node-ip=127.0.0.1",
+                    f"--server-address=127.0.0.1:{port}",
+                ],
+            )
+            url = f"http://127.0.0.1:{port}/healthz"
+            self._wait("kwok", kwok, f"kwok {url}", lambda: _http_ok(url), deadline)
 
     def _terminate_all(self) -> None:
         procs, self._procs = self._procs, []
