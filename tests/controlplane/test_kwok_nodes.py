@@ -4,6 +4,7 @@ loopback pod IPs; pods beyond the GPUs Pending until a node is added."""
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import time
@@ -122,3 +123,65 @@ def test_gpu_pods_are_scheduled_onto_kwok_nodes_at_loopback_ips(cluster: Control
     cp.kubectl("apply", "-f", "-", input=json.dumps(gpu_node("gpu-1")))
     wait_for(lambda: phases(cp, ns) == {"Running": 12}, "12 Running once a second node is there")
     assert {p["spec"]["nodeName"] for p in pods(cp, ns)} == {"gpu-0", "gpu-1"}
+
+
+async def test_kwok_provider_provisions_after_the_lead_time_and_drains_before_deleting(
+    cluster: ControlPlane,
+) -> None:
+    from poolpilot.api import types as api
+    from poolpilot.backends.nodepools import registry
+    from poolpilot.backends.nodepools.base import ProviderContext
+
+    spec = api.GPUNodePoolSpec.model_validate(
+        {
+            "provider": {"kwok": {"nodeLabels": {"gpu": "l4"}, "drainGraceSeconds": 600}},
+            "gpusPerNode": 4,
+            "provisioningSeconds": 3,
+            "pricePerNodeHourUSD": 10,
+        }
+    )
+    with cluster.api_client() as client:
+        provider = registry.build_provider("l4", spec, ProviderContext(api_client=client))
+        await provider.set_nodes(2)
+        assert await provider.get_nodes() == 2
+        assert await provider.get_ready_nodes() == 0  # asked for, not there yet: the node lead time
+        labelled = cluster.kubectl("get", "nodes", "-l", "gpu=l4,poolpilot.io/gpunodepool=l4", "-o", "name")
+        assert len(labelled.stdout.split()) == 2
+
+        async def ready(n: int) -> bool:
+            await provider.sync()
+            return await provider.get_ready_nodes() == n
+
+        deadline = time.monotonic() + 30
+        while not await ready(2):
+            assert time.monotonic() < deadline, "the nodes never became Ready after provisioningSeconds"
+            await asyncio.sleep(0.5)
+
+        # A busy node is cordoned, not deleted, while its pod runs (within drainGraceSeconds).
+        busy = json.loads(cluster.kubectl("get", "nodes", "-l", "gpu=l4", "-o", "json").stdout)["items"]
+        newest = max(busy, key=lambda n: n["metadata"]["creationTimestamp"])["metadata"]["name"]
+        other = next(n["metadata"]["name"] for n in busy if n["metadata"]["name"] != newest)
+        cluster.kubectl("create", "namespace", "kwok-drain")
+        wait_for(
+            lambda: cluster.kubectl("get", "sa", "default", "-n", "kwok-drain", check=False).returncode == 0,
+            "default SA",
+        )
+        for node in (newest, other):
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"on-{node}", "namespace": "kwok-drain"},
+                "spec": {"nodeName": node, "containers": [{"name": "c", "image": "tritonserver"}]},
+            }
+            cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
+        await provider.set_nodes(1)
+        assert await provider.get_nodes() == 1
+        assert await provider.get_ready_nodes() == 1  # the one being removed no longer counts
+        spec_of = json.loads(cluster.kubectl("get", "node", newest, "-o", "json").stdout)["spec"]
+        assert spec_of.get("unschedulable") is True  # the newest goes first, cordoned while busy
+
+        cluster.kubectl("delete", "pod", f"on-{newest}", "-n", "kwok-drain", "--grace-period=0", "--force")
+        await provider.sync()  # empty now: deleted
+        gone = lambda: cluster.kubectl("get", "node", newest, check=False).returncode != 0  # noqa: E731
+        wait_for(gone, "the drained node gone")
+        assert cluster.kubectl("get", "node", other, check=False).returncode == 0

@@ -144,7 +144,7 @@ def test_registry_selects_the_one_configured_provider(node_pool_body: Any) -> No
     ]:
         spec = api.GPUNodePoolSpec.model_validate(node_pool_body(provider=provider)["spec"])
         assert registry.provider_name(spec) == expected
-    assert set(registry.PROVIDERS) == {"clusterAPI", "fake", "placeholder"}
+    assert set(registry.PROVIDERS) == {"clusterAPI", "fake", "kwok", "placeholder"}
 
 
 def test_real_providers_refuse_to_run_without_a_client(node_pool_body: Any) -> None:

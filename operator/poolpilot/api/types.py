@@ -587,15 +587,49 @@ class PlaceholderProvider(_Model):
     )
 
 
+class Taint(_Model):
+    """A node taint (corev1.Taint without timeAdded)."""
+
+    key: str = Field(max_length=317, pattern=_LABEL_KEY, description="Taint key.")
+    value: str = Field(default="", max_length=63, description="Taint value.")
+    effect: TaintEffect = Field(description="NoSchedule, PreferNoSchedule or NoExecute.")
+
+
+class KwokProvider(_Model):
+    """kwok Nodes (local sandbox and tests only, like Karpenter's kwok cloud provider): PoolPilot creates
+    Nodes that kwok keeps Ready without a kubelet, each with `gpusPerNode` GPUs, usable `provisioningSeconds`
+    after they were asked for, cordoned then deleted when fewer are asked for."""
+
+    node_labels: dict[str, Annotated[str, Field(max_length=63, pattern=_LABEL_VALUE)]] = Field(
+        default={},
+        max_length=32,
+        alias="nodeLabels",
+        description="Labels of the created Nodes (serving pods select the pool's nodes by them).",
+    )
+    taints: list[Taint] = Field(
+        default=[],
+        max_length=16,
+        description="Taints of the created Nodes.",
+        json_schema_extra={"x-kubernetes-list-type": "atomic"},
+    )
+    drain_grace_seconds: int = Field(
+        default=60,
+        ge=0,
+        le=3600,
+        alias="drainGraceSeconds",
+        description="A node being removed is deleted once no pod runs on it, or after this long.",
+    )
+
+
 class ProviderSpec(_Model):
     """How the pool's node count is changed; exactly one provider is set."""
 
     __rules__ = (
         Rule(
             cel="(has(self.clusterAPI) ? 1 : 0) + (has(self.placeholder) ? 1 : 0) "
-            "+ (has(self.fake) ? 1 : 0) == 1",
-            message="exactly one provider must be set: clusterAPI, placeholder or fake",
-            check=lambda p: sum(x is not None for x in (p.cluster_api, p.placeholder, p.fake)) == 1,
+            "+ (has(self.kwok) ? 1 : 0) + (has(self.fake) ? 1 : 0) == 1",
+            message="exactly one provider must be set: clusterAPI, placeholder, kwok or fake",
+            check=lambda p: sum(x is not None for x in (p.cluster_api, p.placeholder, p.kwok, p.fake)) == 1,
         ),
     )
 
@@ -605,10 +639,13 @@ class ProviderSpec(_Model):
     placeholder: PlaceholderProvider | None = Field(
         default=None, description="Keep warm capacity with low-priority placeholder pods."
     )
+    kwok: KwokProvider | None = Field(
+        default=None, description="kwok Nodes for the local sandbox and tests (no real machines)."
+    )
     fake: dict[str, Any] | None = Field(
         default=None,
-        description="In-memory provider for tests and the local sandbox: records the node count, touches "
-        "nothing. Free-form settings.",
+        description="In-memory provider for unit tests: records the node count, touches nothing. Free-form "
+        "settings.",
     )
 
     @property
@@ -618,6 +655,8 @@ class ProviderSpec(_Model):
             return "clusterAPI"
         if self.placeholder is not None:
             return "placeholder"
+        if self.kwok is not None:
+            return "kwok"
         return "fake"
 
 

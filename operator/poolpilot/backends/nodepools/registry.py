@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Final
 
 from poolpilot.api import types as api
-from poolpilot.backends.nodepools import clusterapi, fake, placeholder
+from poolpilot.backends.nodepools import clusterapi, fake, kwok, placeholder
 from poolpilot.backends.nodepools.base import NodePoolProvider, ProviderContext, ProviderError
 
 ProviderFactory = Callable[[str, api.GPUNodePoolSpec, ProviderContext], NodePoolProvider]
@@ -14,6 +14,7 @@ ProviderFactory = Callable[[str, api.GPUNodePoolSpec, ProviderContext], NodePool
 PROVIDERS: Final[dict[str, ProviderFactory]] = {
     "clusterAPI": clusterapi.build,
     "fake": fake.build,
+    "kwok": kwok.build,
     "placeholder": placeholder.build,
 }
 
@@ -33,4 +34,9 @@ def build_provider(name: str, spec: api.GPUNodePoolSpec, ctx: ProviderContext) -
     return PROVIDERS[provider_name(spec)](name, spec, ctx)
 
 
-_ATTRS: Final[dict[str, str]] = {"clusterAPI": "cluster_api", "fake": "fake", "placeholder": "placeholder"}
+_ATTRS: Final[dict[str, str]] = {
+    "clusterAPI": "cluster_api",
+    "fake": "fake",
+    "kwok": "kwok",
+    "placeholder": "placeholder",
+}
