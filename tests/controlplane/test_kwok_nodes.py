@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -17,6 +19,8 @@ from poolpilot.testing.controlplane import KWOK_NODE_ANNOTATION, KWOK_POD_CIDR, 
 
 pytestmark = pytest.mark.cluster
 T = TypeVar("T")
+TRITON_ARGS = ["--model-repository=/models", "--model-control-mode=explicit", "--load-model=emu"]
+TRITON_PORTS = [{"name": "http", "containerPort": 8000}, {"name": "metrics", "containerPort": 8002}]
 TOLERATE_KWOK = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
 
 
@@ -185,3 +189,104 @@ async def test_kwok_provider_provisions_after_the_lead_time_and_drains_before_de
         gone = lambda: cluster.kubectl("get", "node", newest, check=False).returncode != 0  # noqa: E731
         wait_for(gone, "the drained node gone")
         assert cluster.kubectl("get", "node", other, check=False).returncode == 0
+
+
+def test_triton_pods_run_as_executors_at_their_pod_ips_and_report_readiness(
+    cluster: ControlPlane, tmp_path: Path
+) -> None:
+    import tritonclient.http as triton_http
+
+    from poolpilot.testing.podrunner import REPOSITORY_ANNOTATION, PodRunner
+    from poolpilot.testing.prometheus import write_emulated_model
+
+    cp = cluster
+    ns = "runner"
+    cp.kubectl("create", "namespace", ns)
+    wait_for(lambda: cp.kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0, "default SA")
+    cp.kubectl("apply", "-f", "-", input=json.dumps(gpu_node("gpu-runner")))
+    repo = tmp_path / "models"
+    write_emulated_model(repo, "emu", latency_ms=(2.0, 0.5), max_batch_size=8, max_queue_delay_us=1000)
+    gpu = {"nvidia.com/gpu": "1"}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "triton", "namespace": ns},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "triton"}},
+            "template": {
+                "metadata": {
+                    "labels": {"app": "triton"},
+                    "annotations": {REPOSITORY_ANNOTATION: str(repo)},
+                },
+                "spec": {
+                    "tolerations": [TOLERATE_KWOK],
+                    "nodeSelector": {"kubernetes.io/hostname": "gpu-runner"},
+                    "containers": [
+                        {
+                            "name": "triton",
+                            "image": "nvcr.io/nvidia/tritonserver:24.08-py3",
+                            "command": ["tritonserver"],
+                            "args": [
+                                "--model-repository=/models",
+                                "--model-control-mode=explicit",
+                                "--load-model=emu",
+                            ],
+                            "ports": [
+                                {"name": "http", "containerPort": 8000},
+                                {"name": "metrics", "containerPort": 8002},
+                            ],
+                            "resources": {"requests": gpu, "limits": gpu},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+    with cp.api_client() as client:
+        runner = PodRunner(
+            client, tmp_path / "pod-logs", executable=str(Path(sys.executable).parent / "poolpilot-executor"),
+            start_delay_s=2.0,
+        ).start()  # fmt: skip
+        try:
+            cp.kubectl("apply", "-f", "-", input=json.dumps(deployment))
+
+            def ready_states() -> list[str]:
+                return [
+                    next(
+                        (c["status"] for c in p["status"].get("conditions", []) if c["type"] == "Ready"), "?"
+                    )
+                    for p in pods(cp, ns)
+                ]
+
+            wait_for(
+                lambda: len(ready_states()) == 2 and "True" not in ready_states(), "2 pods, not Ready yet"
+            )
+            wait_for(
+                lambda: ready_states() == ["True", "True"], "both pods Ready once their executors are", 90
+            )
+            for pod in pods(cp, ns):
+                c = triton_http.InferenceServerClient(f"{pod['status']['podIP']}:8000")
+                assert c.is_model_ready("emu")
+                c.close()
+            assert len(runner.pids()) == 2
+
+            victim = pods(cp, ns)[0]["metadata"]["name"]
+            old_pid = runner.pids()[f"{ns}/{victim}"]
+            cp.kubectl("delete", "pod", victim, "-n", ns, "--wait=false")
+            wait_for(lambda: f"{ns}/{victim}" not in runner.pids(), "the deleted pod's process stopped")
+            wait_for(lambda: not _alive(old_pid), "the old executor process gone")
+            wait_for(lambda: ready_states() == ["True", "True"], "a replacement pod Ready", 90)
+        finally:
+            runner.stop()
+    assert runner.pids() == {}
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -895,7 +895,9 @@ class ControlPlane:
         if self.kwok:
             binary, stages = kwok_files()
             config = self.work_dir / "kwok-stages.yaml"
-            config.write_text("\n---\n".join(p.read_text() for p in stages))
+            from poolpilot.testing.podrunner import runner_stages
+
+            config.write_text(runner_stages(stages))
             port = free_port()
             self.ports["kwok"] = port
             kwok = self._spawn(
