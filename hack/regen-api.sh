@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 PY="${PYTHON:-.venv/bin/python}"
 "$PY" -m poolpilot.cli crds --output-dir crds
 cp crds/*.yaml charts/poolpilot/files/crds/
-"$PY" -m poolpilot.monitoring --chart charts/poolpilot   # PrometheusRule groups, Grafana dashboard
+"$PY" -m poolpilot.monitoring --chart charts/poolpilot --docs docs   # rules, dashboard, pod scrape config
 "$PY" - <<'PYEOF'
 import pathlib, subprocess, sys
 doc = pathlib.Path("docs/crd-reference.md")

@@ -216,7 +216,7 @@ def test_triton_pods_run_as_executors_at_their_pod_ips_and_report_readiness(
             "selector": {"matchLabels": {"app": "triton"}},
             "template": {
                 "metadata": {
-                    "labels": {"app": "triton"},
+                    "labels": {"app": "triton", "poolpilot.io/pool": "chat"},
                     "annotations": {REPOSITORY_ANNOTATION: str(repo)},
                 },
                 "spec": {
@@ -270,6 +270,7 @@ def test_triton_pods_run_as_executors_at_their_pod_ips_and_report_readiness(
                 assert c.is_model_ready("emu")
                 c.close()
             assert len(runner.pids()) == 2
+            _prometheus_discovers_the_pods(cp, ns, tmp_path)
 
             victim = pods(cp, ns)[0]["metadata"]["name"]
             old_pid = runner.pids()[f"{ns}/{victim}"]
@@ -290,3 +291,30 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def _prometheus_discovers_the_pods(cp: ControlPlane, ns: str, tmp_path: Path) -> None:
+    """The real Prometheus, with the one pod scrape config (pod discovery from this apiserver, served over
+    HTTP SD: Debian's build lacks Kubernetes SD), finds both pods and labels them `pool` and `namespace`."""
+    from poolpilot import monitoring
+    from poolpilot.testing.poddiscovery import PodDiscovery
+    from poolpilot.testing.prometheus import PrometheusServer
+
+    (tmp_path / "prom").mkdir()
+    with cp.api_client() as client:
+        discovery = PodDiscovery(client).start()
+        try:
+            job = monitoring.pod_scrape_config(http_sd_url=discovery.url, interval_s=1)
+            with PrometheusServer({}, scrape_configs=[job], workdir=tmp_path / "prom") as prom:
+
+                def targets() -> list[dict[str, Any]] | None:
+                    active = prom.api("targets", state="active")["activeTargets"]
+                    mine = [t for t in active if t["labels"].get("namespace") == ns and t["health"] == "up"]
+                    return mine if len(mine) == 2 else None
+
+                found = wait_for(targets, "Prometheus to discover and scrape both pods", 60)
+        finally:
+            discovery.stop()
+    assert {t["labels"]["pool"] for t in found} == {"chat"}
+    ips = {p["status"]["podIP"] for p in pods(cp, ns)}
+    assert {t["scrapeUrl"].split("//")[1].split(":")[0] for t in found} == ips

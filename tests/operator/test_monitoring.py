@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from tests.operator.conftest import PoolLabelledPrometheus
 
 from poolpilot import loadgen, loadgen_schedule, monitoring
@@ -26,6 +27,24 @@ def test_chart_files_are_the_generated_ones() -> None:
         assert (CHART / rel).read_text() == text, (
             f"{rel} is stale: python -m poolpilot.monitoring --chart {CHART}"
         )
+
+
+def test_the_documented_scrape_config_and_the_podmonitor_are_the_generated_ones() -> None:
+    assert (REPO / monitoring.SCRAPE_DOC).read_text() == monitoring.scrape_doc()
+    import subprocess
+
+    from poolpilot.testing.chart import helm_binary
+
+    out = subprocess.run(
+        [str(helm_binary()), "template", "pp", str(CHART), "--set", "podMonitor.enabled=true"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    monitor = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "PodMonitor")
+    endpoint = monitor["spec"]["podMetricsEndpoints"][0]
+    assert endpoint["relabelings"] == monitoring.podmonitor_relabelings()
+    assert endpoint["port"] == monitoring.METRICS_PORT_NAME
 
 
 def _families() -> set[str]:

@@ -84,9 +84,14 @@ class PrometheusServer:
         workdir: str | Path | None = None,
         binary: str | None = None,
         port: int | None = None,
+        scrape_configs: Sequence[Mapping[str, Any]] = (),
     ) -> None:
-        if not targets:
-            raise ValueError("targets: at least one job with host:port targets is required")
+        if not targets and not scrape_configs:
+            raise ValueError(
+                "targets: at least one job with host:port targets (or a scrape config) is required"
+            )
+        self.scrape_configs = [dict(c) for c in scrape_configs]
+        """Extra scrape jobs as written in prometheus.yml (e.g. Kubernetes pod discovery)."""
         for job, hosts in targets.items():
             for host in hosts:
                 if "://" in host or ":" not in host:
@@ -123,7 +128,8 @@ class PrometheusServer:
                     "static_configs": [{"targets": hosts}],
                 }
                 for job, hosts in self.targets.items()
-            ],
+            ]
+            + self.scrape_configs,
         }
 
     def start(self, *, timeout_s: float = 30.0) -> PrometheusServer:
