@@ -33,6 +33,7 @@ import tritonclient.http.aio as triton_aio
 from tritonclient.utils import InferenceServerException
 
 from poolpilot import loadgen_schedule
+from poolpilot.loadgen_routing import RoutingError, ServiceRouter, StaticRouter
 from poolpilot.loadgen_schedule import Arrival
 
 LATENCY_BUCKETS_S: Final[tuple[float, ...]] = (
@@ -71,10 +72,16 @@ class LoadgenConfig:
     max_in_flight: int = 4096
     """Open-loop, but bounded: past this many outstanding requests new ones are dropped and counted."""
     seed: int = 0
+    service: str | None = None
+    """NAMESPACE/NAME: send to the Service's ready endpoints (EndpointSlices) instead of `urls`."""
+    kubeconfig: str | None = None
 
     def __post_init__(self) -> None:
-        if not self.urls:
-            raise LoadgenError("--url: at least one host:port is required")
+        if self.service is not None:
+            if self.urls:
+                raise LoadgenError("--url and --service: choose one")
+        elif not self.urls:
+            raise LoadgenError("--url: at least one host:port is required (or --service)")
         for url in self.urls:
             if "://" in url or ":" not in url:
                 raise LoadgenError(f"--url must be host:port without a scheme, got {url!r}")
@@ -256,18 +263,26 @@ async def run(
     """
     metrics = metrics or LoadgenMetrics()
     records = records if records is not None else []
-    clients = [
-        triton_aio.InferenceServerClient(
+
+    def make_client(url: str) -> triton_aio.InferenceServerClient:
+        return triton_aio.InferenceServerClient(
             url, conn_limit=config.max_in_flight, conn_timeout=config.request_timeout_s
         )
-        for url in config.urls
-    ]
+
+    router: StaticRouter | ServiceRouter = (
+        ServiceRouter(config.service, config.kubeconfig, make_client)
+        if config.service is not None
+        else StaticRouter(config.urls, make_client)
+    )
     try:
-        inputs = await build_inputs(clients[0], config)
-        return await _Sender(config, clients, inputs, metrics, records).run(schedule, stop)
+        try:
+            await router.start()
+        except RoutingError as exc:
+            raise LoadgenError(str(exc)) from None
+        inputs = await build_inputs(router.any_client(), config)
+        return await _Sender(config, router, inputs, metrics, records).run(schedule, stop)
     finally:
-        for client in clients:
-            await client.close()
+        await router.close()
 
 
 class _Sender:
@@ -276,13 +291,13 @@ class _Sender:
     def __init__(
         self,
         config: LoadgenConfig,
-        clients: list[triton_aio.InferenceServerClient],
+        router: StaticRouter | ServiceRouter,
         inputs: RequestInputs,
         metrics: LoadgenMetrics,
         records: list[RequestRecord],
     ) -> None:
         self._config = config
-        self._clients = clients
+        self._router = router
         self._inputs = inputs
         self._records = records
         self._latency = metrics.latency.labels(model=config.model)
@@ -324,13 +339,13 @@ class _Sender:
         return self._report(len(schedule), sent, schedule, stopped_early)
 
     def _start(self, index: int, arrival: Arrival, intended_s: float, send_s: float) -> None:
-        url_index = index % len(self._clients)
-        record = RequestRecord(index, self._config.urls[url_index], intended_s, send_s, math.nan, "")
+        url, client = self._router.pick()
+        record = RequestRecord(index, url, intended_s, send_s, math.nan, "")
         self._records.append(record)
         if self._in_flight >= self._config.max_in_flight:
             self._finish(record, STATUS_DROPPED, None)
             return
-        task = asyncio.create_task(self._send(self._clients[url_index], arrival, record))
+        task = asyncio.create_task(self._send(client, arrival, record))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -423,6 +438,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--url", action="append", dest="urls", metavar="HOST:PORT",
         help="Triton HTTP endpoint (repeatable: requests go round-robin); default localhost:8000",
     )  # fmt: skip
+    target.add_argument(
+        "--service", metavar="NAMESPACE/NAME",
+        help="send to the Service's ready endpoints (EndpointSlices, re-read every 2 s), as kube-proxy would",
+    )  # fmt: skip
+    target.add_argument(
+        "--kubeconfig", help="kubeconfig for --service (default: $KUBECONFIG, ~/.kube/config)"
+    )
     target.add_argument("--model", required=True, help="model name")
     target.add_argument("--model-version", default="", help="model version (default: server's choice)")
     target.add_argument("--batch-size", type=int, default=1, help="rows per request (default 1)")
@@ -448,6 +470,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--metrics-addr", default="0.0.0.0")
     out.add_argument("--linger-s", type=float, default=0.0, help="keep /metrics up this long after the run")
     out.add_argument("--csv", type=Path, default=None, help="write one row per request here")
+    out.add_argument(
+        "--json", type=Path, default=None, help="write the summary here (also printed on stdout)"
+    )
 
 
 def schedule_from_args(args: argparse.Namespace) -> list[Arrival]:
@@ -471,7 +496,9 @@ def schedule_from_args(args: argparse.Namespace) -> list[Arrival]:
 
 def config_from_args(args: argparse.Namespace) -> LoadgenConfig:
     return LoadgenConfig(
-        urls=tuple(args.urls or ["localhost:8000"]),
+        urls=tuple(args.urls or ([] if args.service else ["localhost:8000"])),
+        service=args.service,
+        kubeconfig=args.kubeconfig,
         model=args.model,
         model_version=args.model_version,
         batch_size=args.batch_size,
@@ -508,6 +535,8 @@ def main(args: argparse.Namespace) -> int:
             server.server_close()
     if args.csv is not None:
         write_csv(args.csv, records)
+    if args.json is not None:
+        args.json.write_text(report.to_json() + "\n")
     print(_human(report), file=sys.stderr)
     print(report.to_json())
     return 0

@@ -313,8 +313,46 @@ def _prometheus_discovers_the_pods(cp: ControlPlane, ns: str, tmp_path: Path) ->
                     return mine if len(mine) == 2 else None
 
                 found = wait_for(targets, "Prometheus to discover and scrape both pods", 60)
+                _load_through_the_service(cp, ns, prom, tmp_path)
         finally:
             discovery.stop()
     assert {t["labels"]["pool"] for t in found} == {"chat"}
     ips = {p["status"]["podIP"] for p in pods(cp, ns)}
     assert {t["scrapeUrl"].split("//")[1].split(":")[0] for t in found} == ips
+
+
+def _load_through_the_service(cp: ControlPlane, ns: str, prom: Any, tmp_path: Path) -> None:
+    """`poolpilot loadgen --service` spreads requests over the Service's ready endpoints, and every success
+    it counts is one Prometheus counts (scraped from the pods, summed over the pool)."""
+    import subprocess
+
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "triton", "namespace": ns},
+        "spec": {
+            "selector": {"app": "triton"},
+            "ports": [{"name": "http", "port": 8000, "targetPort": "http"}],
+        },
+    }
+    cp.kubectl("apply", "-f", "-", input=json.dumps(service))
+    query = f'sum(nv_inference_request_success{{namespace="{ns}",pool="chat"}})'
+    before = prom.query_value(query)
+    out = tmp_path / "loadgen.json"
+    csv = tmp_path / "loadgen.csv"
+    cmd = [
+        sys.executable, "-m", "poolpilot.cli", "loadgen", "--service", f"{ns}/triton",
+        "--kubeconfig", str(cp.kubeconfig), "--model", "emu", "--synthetic", "constant", "--rate", "40",
+        "--duration", "5", "--json", str(out), "--csv", str(csv),
+    ]  # fmt: skip
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 0, run.stderr
+    report = json.loads(out.read_text())
+    assert report["succeeded"] == report["sent"] > 150
+    used = {line.split(",")[1] for line in csv.read_text().splitlines()[1:]}
+    assert used == {f"{p['status']['podIP']}:8000" for p in pods(cp, ns)}  # both endpoints, round-robin
+    wait_for(
+        lambda: prom.query_value(query) - before == report["succeeded"],
+        "Prometheus to count exactly the load generator's successes",
+        30,
+    )
