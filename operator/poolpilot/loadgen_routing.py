@@ -9,7 +9,8 @@ real Service.
 In the local sandbox pod IPs are loopback addresses, which the API server refuses in EndpointSlices ("may not
 be in the loopback range"), so the EndpointSlice controller writes none. For a Service with a selector and no
 EndpointSlice, the router computes what the controller would: the Service's selector resolved to its Ready,
-non-terminating pods, at the container port its `targetPort` names.
+non-terminating pods, at the container port its `targetPort` names (the controller leaves the Service's first,
+empty EndpointSlice in place when later writes fail).
 """
 
 from __future__ import annotations
@@ -149,7 +150,9 @@ class ServiceRouter:
             _preload_content=False,
         )
         slices = json.loads(resp.data).get("items") or []
-        urls = ready_addresses(slices, self._port_name) if slices else await self._from_selector()
+        # No ready address in the slices: either none is ready (the selector finds none either) or the
+        # controller could not write them (loopback pod IPs): the selector gives what it would have written.
+        urls = ready_addresses(slices, self._port_name) or await self._from_selector()
         for url in urls:
             if url not in self._clients:
                 self._clients[url] = self._make_client(url)

@@ -107,13 +107,15 @@ def runner_stages(stock: Sequence[Path]) -> str:
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 
-def executor_command(pod: dict[str, Any], executable: str) -> list[str]:
+def executor_command(pod: dict[str, Any], executable: str, repository_root: Path | None = None) -> list[str]:
     """The pod's first container's `tritonserver` command as `poolpilot-executor` at the pod's IP (pure)."""
     container = pod["spec"]["containers"][0]
     words = [*(container.get("command") or []), *(container.get("args") or [])]
     if not words or Path(words[0]).name != "tritonserver":
         raise ValueError(f"pod {pod['metadata']['name']}: the first container does not run tritonserver")
-    repository = pod["metadata"]["annotations"][REPOSITORY_ANNOTATION]
+    repository = Path(pod["metadata"]["annotations"][REPOSITORY_ANNOTATION])
+    if not repository.is_absolute() and repository_root is not None:
+        repository = repository_root / repository
     ports = {p.get("name"): p["containerPort"] for p in container.get("ports") or []}
     args: list[str] = []
     skip = False
@@ -154,6 +156,8 @@ class PodRunner:
     api_client: Any
     log_dir: Path
     executable: str = "poolpilot-executor"
+    repository_root: Path | None = None
+    """Where relative `sandbox.poolpilot.io/model-repository` paths are resolved (manifests stay portable)."""
     start_delay_s: float = 0.0
     interval_s: float = 0.5
     _running: dict[tuple[str, str], _Running] = field(default_factory=dict)
@@ -213,7 +217,7 @@ class PodRunner:
     def _drive(self, core: Any, pod: dict[str, Any], run: _Running) -> None:
         key = f"{pod['metadata']['namespace']}_{pod['metadata']['name']}"
         if run.proc is None and time.monotonic() >= run.due_at:
-            cmd = executor_command(pod, self.executable)
+            cmd = executor_command(pod, self.executable, self.repository_root)
             with (self.log_dir / f"{key}.log").open("ab") as out:
                 run.proc = subprocess.Popen(
                     cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
