@@ -47,8 +47,14 @@ def image_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The Dockerfile's two stages, run here: `pip wheel --no-deps .`, then the wheel with the constraints."""
     work = tmp_path_factory.mktemp("image")
     wheels = work / "wheels"
+    # Built from a copy: setuptools writes build/ next to the sources, which must not land in the checkout.
+    source = work / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    shutil.copytree(REPO / "operator", source / "operator", ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--wheel-dir", str(wheels), str(REPO)],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--wheel-dir", str(wheels), str(source)],
         check=True,
     )
     venv = work / "venv"

@@ -1,1 +1,0 @@
-"""The CPU executor: a Triton-protocol server (`poolpilot-executor`); see docs/executor.md."""
