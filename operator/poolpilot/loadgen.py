@@ -53,6 +53,7 @@ STATUS_TIMEOUT: Final = "timeout"
 STATUS_CONNECTION: Final = "connection_error"
 STATUS_DROPPED: Final = "dropped"  # shed by the generator itself: --max-in-flight reached
 STATUS_CLIENT_ERROR: Final = "client_error"
+STATUS_NO_ENDPOINT: Final = "no_ready_endpoint"  # --service had no Ready endpoint at send time
 
 
 class LoadgenError(ValueError):
@@ -339,9 +340,13 @@ class _Sender:
         return self._report(len(schedule), sent, schedule, stopped_early)
 
     def _start(self, index: int, arrival: Arrival, intended_s: float, send_s: float) -> None:
-        url, client = self._router.pick()
-        record = RequestRecord(index, url, intended_s, send_s, math.nan, "")
+        picked = self._router.pick()
+        record = RequestRecord(index, picked[0] if picked else "", intended_s, send_s, math.nan, "")
         self._records.append(record)
+        if picked is None:
+            self._finish(record, STATUS_NO_ENDPOINT, None)
+            return
+        client = picked[1]
         if self._in_flight >= self._config.max_in_flight:
             self._finish(record, STATUS_DROPPED, None)
             return

@@ -80,7 +80,7 @@ class StaticRouter:
     async def start(self) -> None:
         return None
 
-    def pick(self) -> tuple[str, triton_aio.InferenceServerClient]:
+    def pick(self) -> tuple[str, triton_aio.InferenceServerClient] | None:
         url = next(self._next)
         return url, self._clients[url]
 
@@ -182,8 +182,11 @@ class ServiceRouter:
             with contextlib.suppress(Exception):  # keep the last known endpoints through an API hiccup
                 await self.refresh()
 
-    def pick(self) -> tuple[str, triton_aio.InferenceServerClient]:
+    def pick(self) -> tuple[str, triton_aio.InferenceServerClient] | None:
+        """The next ready endpoint; None when the Service has none (kube-proxy would refuse it)."""
         urls = self.urls
+        if not urls:
+            return None
         url = urls[self._turn % len(urls)]
         self._turn += 1
         return url, self._clients[url]

@@ -78,13 +78,16 @@ def ready_pods(box: Sandbox) -> list[dict[str, Any]]:
     ]
 
 
+@pytest.mark.timeout(900)
 def test_an_auto_pool_follows_a_3x_step_through_the_service(sandbox: Sandbox) -> None:
     box = sandbox
     for name in ("00-namespace.yaml", "30-service.yaml"):
         apply(box, example(name))
     node_pool = example("10-gpunodepool.yaml")
     node_pool["spec"]["provisioningSeconds"] = 10  # a short lead time for the test
-    node_pool["spec"]["nodes"] = {"min": 1, "max": 2}
+    # Small nodes, so the step needs more GPUs than the first node holds: a node is ordered through kwok.
+    node_pool["spec"]["gpusPerNode"] = 4
+    node_pool["spec"]["nodes"] = {"min": 1, "max": 4}
     apply(box, node_pool)
     deployment = example("20-deployment.yaml")
     deployment["spec"]["replicas"] = 2
@@ -97,7 +100,7 @@ def test_an_auto_pool_follows_a_3x_step_through_the_service(sandbox: Sandbox) ->
     pool["spec"]["replicas"] = {"min": 1, "max": 16, "scaleDownStabilizationSeconds": STABILISATION_S}
     apply(box, pool)
 
-    base_rps, duration_s = 40.0, 160.0
+    base_rps, duration_s = 40.0, 240.0  # 120 s at the base rate, then 120 s at 3x
     schedule = loadgen_schedule.synthetic("step", base_rps=base_rps, duration_s=duration_s, seed=11)
     config = loadgen.LoadgenConfig(
         urls=(), service=f"{NS}/chat-triton", kubeconfig=str(box.cluster.kubeconfig), model="llm_emulated"
@@ -125,6 +128,12 @@ def test_an_auto_pool_follows_a_3x_step_through_the_service(sandbox: Sandbox) ->
     started = time.monotonic()
     report = asyncio.run(drive())
     load_end = time.monotonic()
+    # On failure: what happened, in the order it happened.
+    print("history (t, spec replicas, ready pods):", [(round(t - started), r, n) for t, r, n in history])
+    print("loadgen:", report.to_json())
+    for e in get(box, "events", "-n", NS)["items"]:
+        print("event", e.get("lastTimestamp"), e["involvedObject"]["name"], e["reason"], e["message"][:300])
+    print("status:", json.dumps(get(box, "inferencepool", "chat", "-n", NS)["status"])[:3000])
     assert report.sent == len(schedule)
 
     # Scaled out through /scale once the step came, with Events that say why.
@@ -133,6 +142,12 @@ def test_an_auto_pool_follows_a_3x_step_through_the_service(sandbox: Sandbox) ->
     events = get(box, "events", "-n", NS, "--field-selector", "involvedObject.name=chat")["items"]
     scaled = [e for e in events if e["reason"] == "ScaledOut"]
     assert scaled and all(e["message"] for e in scaled), [e["reason"] for e in events]
+
+    # The GPUs ran out: nodes were ordered through the kwok provider, with an Event saying why.
+    gpu_events = get(box, "events", "-n", "default", "--field-selector", "involvedObject.name=sandbox-gpus")
+    ordered = [e for e in gpu_events["items"] if e["reason"] == "NodesOrdered"]
+    assert ordered, [e["reason"] for e in gpu_events["items"]]
+    assert get(box, "gpunodepool", "sandbox-gpus")["status"]["nodes"] >= 2
 
     # Back under the objective at the raised load: the generator's own p99 over the step's last 40 s.
     step_end_s = load_end - started
@@ -160,5 +175,5 @@ def test_an_auto_pool_follows_a_3x_step_through_the_service(sandbox: Sandbox) ->
         replicas = get(box, "deployment", "chat-triton", "-n", NS)["spec"]["replicas"]
         return time.monotonic() if replicas < at_end else None
 
-    first_in = wait_for(scaled_in, "a scale-in after the load stopped", box, 180)
+    first_in = wait_for(scaled_in, "a scale-in after the load stopped", box, 300)
     assert first_in - load_end >= STABILISATION_S * 0.9

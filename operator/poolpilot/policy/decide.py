@@ -618,6 +618,10 @@ class _Tick:
             target, planned, r_ahead = self.use_paid_nodes(
                 target, r_ahead, d, k, lam_plan, lam_ahead, can_release=can_release
             )
+            if breach:
+                # Pricing nodes may trim the node plan, never the replicas while p99 is over the objective
+                # (found live: a 9→8 "hold" in a breach because the model said 8 would do).
+                target = max(target, R)
         if not chosen.feasible:
             self.reasons.append(
                 f"objective unreachable within replicas.max {self.r_hi}: predicted p99 "

@@ -910,6 +910,9 @@ class ControlPlane:
                     f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
                     f"--cidr={KWOK_POD_CIDR}",
                     "--node-ip=127.0.0.1",
+                    # Node leases, renewed by kwok as a kubelet would: without them the node lifecycle
+                    # controller marks every node NotReady after its grace period, and their pods with it.
+                    "--node-lease-duration-seconds=40",
                     f"--server-address=127.0.0.1:{port}",
                 ],
             )

@@ -228,7 +228,12 @@ class PodRunner:
             run.proc, run.restarts = None, run.restarts + 1
             run.due_at = time.monotonic() + 1.0
         ready = run.proc is not None and run.proc.poll() is None and _server_ready(run.url)
-        if ready != run.ready:
+        # Compared with what the pod says, not only with our last write: like a kubelet, the runner puts the
+        # status back when someone else changed it (the node lifecycle controller marks pods NotReady).
+        reported = any(
+            c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions") or []
+        )
+        if ready != reported or ready != run.ready:
             _set_ready(core, pod, ready, run.restarts)
             run.ready = ready
 
