@@ -172,7 +172,7 @@ class LoadgenMetrics:
 
 TOKENS_INPUT: Final = "TOKENS"
 """An integer input of this name carries each arrival's token count (context + generated), which
-token-aware emulated models (``emulated_ms_per_token``) charge for; other inputs get random data."""
+token-aware emulated models (``emulated_token_ms_per_1k``) charge for; other inputs get random data."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -146,7 +146,9 @@ def _emulated_curve(config: Mapping[str, Any]) -> GpuCurve:
     try:
         token_ref = int(ref) if ref else DEFAULT_TOKEN_REF
     except ValueError:
-        raise BackendError(f"parameter {EMULATED_TOKEN_REF_KEY} must be an integer, got {ref!r}", 400) from None
+        raise BackendError(
+            f"parameter {EMULATED_TOKEN_REF_KEY} must be an integer, got {ref!r}", 400
+        ) from None
     try:
         return GpuCurve(a_ms, b_ms, per_1k, token_ref)
     except ValueError as exc:
@@ -184,7 +186,9 @@ class EmulatedBackend:
     def latency_s(self, batch: list[WorkItem]) -> float:
         """Emulated compute time of this batch: the curve at its size and its longest request."""
         size = sum(_batch_dim(item, self._batching) for item in batch)
-        max_tokens = max((request_tokens(item) for item in batch), default=0) if self.curve.token_ms_per_1k else 0
+        max_tokens = 0
+        if self.curve.token_ms_per_1k:
+            max_tokens = max((request_tokens(item) for item in batch), default=0)
         return self.curve.batch_ms(size, max_tokens) / 1000.0
 
     async def execute(self, batch: list[WorkItem]) -> BatchOutcome:
