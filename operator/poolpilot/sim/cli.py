@@ -4,7 +4,7 @@
         [--seed N] [--slo-ms 150] [--batch-latency-ms A,B] [--policy NAME ...|all] [--json OUT] [--report DIR]
 
 Without `--trace` or `--synthetic` the shared Azure trace is used: `../shared/traces/
-AzureLLMInferenceTrace_conv.csv` relative to the repository (`poolpilot.sim.traces.DEFAULT_TRACE`).
+AzureLLMInferenceTrace_conv.csv` relative to the repository (`poolpilot.loads.DEFAULT_TRACE`).
 `--rate-scale` multiplies the trace's rate (cloning with jitter by default, `--rate-method compress`
 to compress timestamps) or the synthetic base rate (5.5 req/s × X). `--duration` cuts or loops the
 trace (synthetic default: 3600 s).
@@ -24,12 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from poolpilot.gpucurve import DEFAULT_A_MS, DEFAULT_B_MS, DEFAULT_TOKEN_MS_PER_1K, DEFAULT_TOKEN_REF
-from poolpilot.sim.params import SimParams
-from poolpilot.sim.registry import POLICY_NAMES, expand_policies, run_policy
-from poolpilot.sim.run import Result
-from poolpilot.sim.traces import (
+from poolpilot.loads import (
     DEFAULT_TRACE,
-    SYNTHETIC_KINDS,
+    LOAD_SHAPES,
     Trace,
     fit_duration,
     load_azure_csv,
@@ -37,6 +34,9 @@ from poolpilot.sim.traces import (
     scale_rate,
     synthetic,
 )
+from poolpilot.sim.params import SimParams
+from poolpilot.sim.registry import POLICY_NAMES, expand_policies, run_policy
+from poolpilot.sim.run import Result
 
 
 def parse_batch_latency(text: str) -> tuple[float, float]:
@@ -70,7 +70,7 @@ def _positive_float(name: str) -> Any:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     src = parser.add_mutually_exclusive_group()
     src.add_argument("--trace", type=Path, help=f"Azure-format CSV (default: {DEFAULT_TRACE})")
-    src.add_argument("--synthetic", choices=SYNTHETIC_KINDS, help="seeded synthetic load instead of a trace")
+    src.add_argument("--synthetic", choices=LOAD_SHAPES, help="seeded synthetic load instead of a trace")
     parser.add_argument("--rate-scale", type=_positive_float("--rate-scale"), default=1.0, metavar="X")
     parser.add_argument(
         "--rate-method",

@@ -40,11 +40,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from poolpilot.loads import Trace
 from poolpilot.policy.types import BatchingConfig
 from poolpilot.sim.params import SimParams
 from poolpilot.sim.protocol import Action, Controller, Observation
 from poolpilot.sim.signals import ROUTER_BUCKETS_MS, PromStore, ScrapeSample, histogram_quantile
-from poolpilot.sim.traces import Trace
 from poolpilot.triton.batcher import BatcherConfig, BatchQueue, QueuePolicy
 
 # Request status codes in `EngineOutput.status`.
