@@ -38,8 +38,9 @@ from typing import Any
 import numpy as np
 import tritonclient.http.aio as triton_aio
 
-from poolpilot import loadgen, loadgen_schedule
-from poolpilot.loadgen_schedule import Arrival
+from poolpilot import loadgen
+from poolpilot.loadgen import schedule as loadgen_schedule
+from poolpilot.loadgen.schedule import Arrival
 from poolpilot.testing.prometheus import ExecutorProcess, free_port, write_emulated_model
 
 MODEL = "bench"

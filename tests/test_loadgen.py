@@ -15,8 +15,10 @@ import prometheus_client.parser
 import pytest
 import tritonclient.http.aio as triton_aio
 
-from poolpilot import loadgen, loadgen_schedule
-from poolpilot.loadgen_schedule import Arrival, ScheduleError
+from poolpilot import loadgen, loads
+from poolpilot.loadgen import schedule as loadgen_schedule
+from poolpilot.loadgen.schedule import Arrival
+from poolpilot.loads import LoadError
 from poolpilot.testing.prometheus import ExecutorProcess, write_emulated_model
 
 TRACE = Path("/work/shared/traces/AzureLLMInferenceTrace_conv.csv")
@@ -75,7 +77,7 @@ def test_real_azure_trace_rate(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("rows", "header", "message"),
     [
-        (["2023-11-16 18:00:00,1,1"], "TIME,ContextTokens,GeneratedTokens", "missing column"),
+        (["2023-11-16 18:00:00,1,1"], "TIME,ContextTokens,GeneratedTokens", "header must be TIMESTAMP"),
         (["yesterday,1,1"], None, ":2: TIMESTAMP"),
         (["2023-11-16 18:00:00,1,1", "2023-11-16 18:00:01,x,1"], None, ":3: ContextTokens"),
         (["2023-11-16 18:00:00,1,-4"], None, "GeneratedTokens must be >= 0"),
@@ -85,7 +87,7 @@ def test_real_azure_trace_rate(tmp_path: Path) -> None:
 )
 def test_bad_trace_names_the_field(tmp_path: Path, rows: list[str], header: str | None, message: str) -> None:
     trace = _write_trace(tmp_path / "t.csv", rows, *([header] if header else []))
-    with pytest.raises(ScheduleError, match=message):
+    with pytest.raises(LoadError, match=message):
         loadgen_schedule.read_azure_trace(trace)
 
 
@@ -102,32 +104,46 @@ def _count(sched: list[Arrival], lo: float, hi: float) -> int:
 
 
 def test_synthetic_shapes_follow_their_rate() -> None:
-    base, peak, dur = 200.0, 3.0, 20.0
+    base, dur = 200.0, 30.0
     const = loadgen_schedule.synthetic("constant", base_rps=base, duration_s=dur, seed=1)
     assert len(const) == pytest.approx(base * dur, rel=0.05)
 
-    step = loadgen_schedule.synthetic("step", base_rps=base, duration_s=dur, seed=1, peak_factor=peak)
-    assert _count(step, 10, 20) / _count(step, 0, 10) == pytest.approx(peak, rel=0.1)
+    # step: 3x the base rate in the middle third.
+    step = loadgen_schedule.synthetic("step", base_rps=base, duration_s=dur, seed=1)
+    assert _count(step, 10, 20) / _count(step, 0, 10) == pytest.approx(3.0, rel=0.1)
+    assert _count(step, 20, 30) / _count(step, 0, 10) == pytest.approx(1.0, rel=0.1)
 
-    flash = loadgen_schedule.synthetic("flash", base_rps=base, duration_s=dur, seed=1, peak_factor=peak)
-    assert _count(flash, 8, 12) / _count(flash, 0, 4) == pytest.approx(peak, rel=0.12)
-    assert _count(flash, 16, 20) / _count(flash, 0, 4) == pytest.approx(1.0, rel=0.12)
-
-    diurnal = loadgen_schedule.synthetic("diurnal", base_rps=base, duration_s=dur, seed=1, peak_factor=peak)
-    middle, edge = _count(diurnal, 9, 11), _count(diurnal, 0, 1) + _count(diurnal, 19, 20)
-    assert middle / edge == pytest.approx(peak, rel=0.15)
+    # diurnal: 0.3x at the ends, 2x at half-time.
+    diurnal = loadgen_schedule.synthetic("diurnal", base_rps=base, duration_s=dur, seed=1)
+    middle, edge = _count(diurnal, 14, 16), _count(diurnal, 0, 1) + _count(diurnal, 29, 30)
+    assert middle / edge == pytest.approx(2.0 / 0.3, rel=0.2)
     assert all(0 <= a.offset_s < dur for a in diurnal)
+
+
+def test_loadgen_sends_the_simulators_loads() -> None:
+    """`loadgen --synthetic K` and `simulate --synthetic K` draw the same arrivals and tokens."""
+    tokens = loads.load_default_tokens()
+    for kind in loads.LOAD_SHAPES:
+        sim = loads.synthetic(kind, duration_s=600.0, rate_scale=2.0, seed=7, token_source=tokens)
+        sent = loadgen_schedule.synthetic(kind, duration_s=600.0, rate_scale=2.0, seed=7, token_source=tokens)
+        assert [a.offset_s for a in sent] == sim.arrival_s.tolist()
+        assert [a.context_tokens for a in sent] == sim.context_tokens.tolist()
+        assert [a.generated_tokens for a in sent] == sim.generated_tokens.tolist()
+    flash = loadgen_schedule.synthetic("flash", base_rps=100.0, duration_s=1000.0, seed=1)
+    # flash: a crowd at 40 % ramping to 6x in 30 s, then decaying (120 s time constant).
+    assert _count(flash, 430, 440) / _count(flash, 0, 400) * 40 == pytest.approx(6.0, rel=0.15)
+    assert _count(flash, 900, 1000) / _count(flash, 0, 400) * 4 == pytest.approx(1.0, rel=0.1)
 
 
 def test_synthetic_max_requests_and_bad_parameters() -> None:
     assert (
         len(loadgen_schedule.synthetic("constant", base_rps=100, duration_s=10, seed=0, max_requests=7)) == 7
     )
-    with pytest.raises(ScheduleError, match="synthetic must be one of"):
+    with pytest.raises(LoadError, match="synthetic must be one of"):
         loadgen_schedule.synthetic("sawtooth", base_rps=1, duration_s=1, seed=0)
-    with pytest.raises(ScheduleError, match="base_rps"):
+    with pytest.raises(LoadError, match="base_rps"):
         loadgen_schedule.synthetic("constant", base_rps=0, duration_s=1, seed=0)
-    with pytest.raises(ScheduleError, match="max_requests"):
+    with pytest.raises(LoadError, match="max_requests"):
         loadgen_schedule.synthetic("constant", base_rps=1, duration_s=1, seed=0, max_requests=0)
 
 

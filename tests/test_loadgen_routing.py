@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from poolpilot.loadgen_routing import ready_addresses, ready_pod_addresses
+from poolpilot.loadgen.routing import ready_addresses, ready_pod_addresses
 
 
 def test_endpointslices_give_the_ready_addresses_on_the_named_port() -> None:

@@ -208,7 +208,8 @@ input [ { name: "TOKENS" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
 dynamic_batching { }
 parameters { key: "emulated_batch_latency_ms" value: { string_value: "1,0" } }
-parameters { key: "emulated_ms_per_token" value: { string_value: "2" } }
+parameters { key: "emulated_token_ms_per_1k" value: { string_value: "2000" } }
+parameters { key: "emulated_token_ref" value: { string_value: "0" } }
 """
     )
 
@@ -223,7 +224,7 @@ parameters { key: "emulated_ms_per_token" value: { string_value: "2" } }
     with running_executor(root) as proc:
         client = httpclient.InferenceServerClient(proc.url)
         short = infer(client, 1)
-        long = infer(client, 150)  # 1 + 2 * 150 ms of emulated compute
+        long = infer(client, 150)  # 1 + 2000 * 150 / 1000 ms of emulated compute
         stats = client.get_inference_statistics("tok")["model_stats"][0]
         client.close()
     assert long >= 0.3

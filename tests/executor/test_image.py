@@ -239,9 +239,11 @@ def test_emulated_config_passes_triton_rules_and_declares_curve() -> None:
 
     path = IMAGE / "emulated_repository" / "llm_emulated" / "config.pbtxt"
     cfg = triton_config.config_from_pbtxt(path.read_text(), model_name="llm_emulated")
-    curve = cfg["parameters"]["emulated_batch_latency_ms"]["string_value"]
-    a_ms, b_ms = (float(v) for v in curve.split(","))
-    assert a_ms > 0 and b_ms > 0
+    from poolpilot.executor.backends import EmulatedBackend
+    from poolpilot.sim.params import SimParams
+
+    # The emulated GPU is the simulator's default one: same curve, token term included.
+    assert EmulatedBackend(cfg).curve == SimParams().gpu_curve
     assert (path.parent / "1").is_dir()  # Triton needs a version directory
 
 

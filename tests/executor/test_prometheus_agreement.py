@@ -17,7 +17,8 @@ import prometheus_client.parser
 import pytest
 import tritonclient.http.aio as triton_aio
 
-from poolpilot import loadgen, loadgen_schedule
+from poolpilot import loadgen
+from poolpilot.loadgen import schedule as loadgen_schedule
 from poolpilot.testing.prometheus import (
     ExecutorProcess,
     PrometheusServer,

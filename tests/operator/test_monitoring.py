@@ -14,7 +14,8 @@ import pytest
 import yaml
 from tests.operator.conftest import PoolLabelledPrometheus
 
-from poolpilot import loadgen, loadgen_schedule, monitoring
+from poolpilot import loadgen, monitoring
+from poolpilot.loadgen import schedule as loadgen_schedule
 from poolpilot.reconcile import telemetry
 from poolpilot.testing.prometheus import ExecutorProcess, find_binary, write_emulated_model
 

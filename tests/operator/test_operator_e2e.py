@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from poolpilot import loadgen, loadgen_schedule
+from poolpilot import loadgen
+from poolpilot.loadgen import schedule as loadgen_schedule
 from poolpilot.testing import chart
 from poolpilot.testing.controlplane import ControlPlane, free_port
 from poolpilot.testing.prometheus import ExecutorProcess, write_emulated_model

@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 import tritonclient.http.aio as triton_aio
 
-from poolpilot import loadgen, loadgen_schedule
+from poolpilot import loadgen
 from poolpilot.backends.metrics import queries
 from poolpilot.backends.metrics.base import PoolKey
 from poolpilot.backends.metrics.prometheus import PrometheusSource
+from poolpilot.loadgen import schedule as loadgen_schedule
 from poolpilot.settings import PrometheusSettings
 from poolpilot.testing.prometheus import (
     ExecutorProcess,

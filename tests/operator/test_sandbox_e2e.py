@@ -21,8 +21,9 @@ import pytest
 import tritonclient.http as triton_http
 import yaml
 
-from poolpilot import loadgen, loadgen_schedule
+from poolpilot import loadgen
 from poolpilot.backends.batching import batching_of
+from poolpilot.loadgen import schedule as loadgen_schedule
 from poolpilot.sandbox import Sandbox
 
 pytestmark = [pytest.mark.cluster, pytest.mark.prometheus, pytest.mark.slow]

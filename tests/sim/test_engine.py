@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from poolpilot.loads import Trace, fit_duration, load_azure_csv, scale_rate, synthetic
 from poolpilot.policy.types import BatchingConfig
 from poolpilot.sim.controllers import FixedController, PoolPilotController
 from poolpilot.sim.engine import (
@@ -23,7 +24,6 @@ from poolpilot.sim.params import SimParams
 from poolpilot.sim.protocol import Action, Observation
 from poolpilot.sim.run import simulate
 from poolpilot.sim.signals import ROUTER_BUCKETS_MS, PromStore, ScrapeSample, histogram_quantile
-from poolpilot.sim.traces import Trace, fit_duration, load_azure_csv, scale_rate, synthetic
 
 
 def poisson_trace(rate_per_s: float, duration_s: float, seed: int = 1, tokens: int = 500) -> Trace:
@@ -257,7 +257,7 @@ def test_rate_scale_by_cloning_keeps_the_minute_shape(tmp_path: Path) -> None:
 def test_bad_trace_rows_name_the_row_and_field(tmp_path: Path) -> None:
     csv = tmp_path / "bad.csv"
     csv.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,12,x\n")
-    with pytest.raises(ValueError, match=r"bad.csv:2: ContextTokens/GeneratedTokens"):
+    with pytest.raises(ValueError, match=r"bad.csv:2: GeneratedTokens 'x' is not an integer"):
         load_azure_csv(csv)
     csv.write_text("TIME,Ctx,Gen\n")
     with pytest.raises(ValueError, match="header must be TIMESTAMP,ContextTokens,GeneratedTokens"):

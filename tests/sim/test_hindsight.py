@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from poolpilot.loads import Trace, synthetic
 from poolpilot.policy.types import BatchingConfig
 from poolpilot.sim.bench import POOLPILOT, check_goals, hindsight_gpu_ratio
 from poolpilot.sim.controllers import FixedController
@@ -15,7 +16,6 @@ from poolpilot.sim.params import SimParams
 from poolpilot.sim.registry import HINDSIGHT as REGISTRY_HINDSIGHT
 from poolpilot.sim.registry import expand_policies, run_policy
 from poolpilot.sim.run import Result, prepare_params, simulate
-from poolpilot.sim.traces import Trace, synthetic
 
 # One GPU per node, so billed GPU-hours follow the replica count and "one fewer" is also cheaper.
 PARAMS = SimParams(gpus_per_node=1, max_nodes=64, max_replicas=64)

@@ -8,13 +8,13 @@ import math
 import numpy as np
 import pytest
 
+from poolpilot.loads import Trace, synthetic
 from poolpilot.sim.baselines import BASELINES
 from poolpilot.sim.controllers import FixedController
 from poolpilot.sim.engine import default_batching
 from poolpilot.sim.oracle import evaluate_fleet, oracle_grid, run_oracle
 from poolpilot.sim.params import SimParams
 from poolpilot.sim.run import Result, prepare_params, simulate
-from poolpilot.sim.traces import Trace, synthetic
 
 # One GPU per node, so billed GPU-hours equal replica-hours and the comparison is not hidden by packing.
 PARAMS = SimParams(gpus_per_node=1, max_nodes=64, max_replicas=64)

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from poolpilot.loads import synthetic
 from poolpilot.sim.baselines import BASELINES
 from poolpilot.sim.oracle import run_oracle
 from poolpilot.sim.params import SimParams
 from poolpilot.sim.report import TABLE_FIELDS, markdown_table, write_report
 from poolpilot.sim.run import Result, prepare_params, simulate
-from poolpilot.sim.traces import synthetic
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

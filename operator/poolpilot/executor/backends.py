@@ -1,9 +1,10 @@
 """How a batch is executed: an emulated GPU latency curve, or a real Python-backend `model.py`.
 
 Chosen by the model's config (see docs/executor.md):
-- `parameters { key: "emulated_batch_latency_ms" value: { string_value: "A,B" } }` ⇒ each batch of
-  b inferences takes A + B·b ms (plus C ms per token when `emulated_ms_per_token` = "C" and the
-  model has an integer input named TOKENS: + C·Σ TOKENS over the batch). Outputs are
+- `parameters { key: "emulated_batch_latency_ms" value: { string_value: "A,B" } }` ⇒ each batch runs
+  for `poolpilot.gpucurve.GpuCurve`'s latency, the simulator's curve: A + B·b ms for b inferences,
+  plus `emulated_token_ms_per_1k` ms per 1k tokens of the batch's longest request above
+  `emulated_token_ref` (default 2048) when the model has an integer input named TOKENS. Outputs are
   deterministic: output k is a copy of input k when their datatypes and dims agree, else zeros.
   The wait is an `asyncio.sleep`, so thousands of emulated inferences per second cost no threads.
 - `backend: "python"` ⇒ `<repo>/<model>/<version>/model.py`'s `TritonPythonModel` is imported with
@@ -32,9 +33,12 @@ import numpy.typing as npt
 
 from poolpilot.executor import pb_utils
 from poolpilot.executor.tensors import CONFIG_TO_DATATYPE, numpy_dtype
+from poolpilot.gpucurve import DEFAULT_TOKEN_REF, GpuCurve
 
 EMULATED_LATENCY_KEY = "emulated_batch_latency_ms"
-EMULATED_TOKEN_KEY = "emulated_ms_per_token"
+EMULATED_TOKEN_KEY = "emulated_token_ms_per_1k"
+EMULATED_TOKEN_REF_KEY = "emulated_token_ref"
+RETIRED_TOKEN_KEY = "emulated_ms_per_token"  # summed tokens; replaced by the simulator's curve
 EMULATED_MEMORY_KEY = "emulated_instance_memory_mb"
 TOKENS_INPUT = "TOKENS"
 
@@ -115,32 +119,56 @@ def _memory_bytes(config: Mapping[str, Any]) -> int:
         ) from None
 
 
+def _emulated_curve(config: Mapping[str, Any]) -> GpuCurve:
+    """The model's `GpuCurve` from its parameters; errors name the parameter."""
+    if _param(config, RETIRED_TOKEN_KEY) is not None:
+        raise BackendError(
+            f"parameter {RETIRED_TOKEN_KEY} was replaced by {EMULATED_TOKEN_KEY} (ms per 1k tokens of the"
+            f" batch's longest request above {EMULATED_TOKEN_REF_KEY}); see docs/gpu-curve.md",
+            400,
+        )
+    raw = _param(config, EMULATED_LATENCY_KEY) or ""
+    parts = raw.split(",")
+    try:
+        if len(parts) != 2:
+            raise ValueError
+        a_ms, b_ms = float(parts[0]), float(parts[1])
+    except ValueError:
+        raise BackendError(
+            f'parameter {EMULATED_LATENCY_KEY} must be "A,B" (ms: A + B*batch), got {raw!r}', 400
+        ) from None
+    tok = _param(config, EMULATED_TOKEN_KEY)
+    ref = _param(config, EMULATED_TOKEN_REF_KEY)
+    try:
+        per_1k = float(tok) if tok else 0.0
+    except ValueError:
+        raise BackendError(f"parameter {EMULATED_TOKEN_KEY} must be a number, got {tok!r}", 400) from None
+    try:
+        token_ref = int(ref) if ref else DEFAULT_TOKEN_REF
+    except ValueError:
+        raise BackendError(
+            f"parameter {EMULATED_TOKEN_REF_KEY} must be an integer, got {ref!r}", 400
+        ) from None
+    try:
+        return GpuCurve(a_ms, b_ms, per_1k, token_ref)
+    except ValueError as exc:
+        field = str(exc).split(" ", 1)[0]
+        key = {"token_ms_per_1k": EMULATED_TOKEN_KEY, "token_ref": EMULATED_TOKEN_REF_KEY}.get(
+            field, EMULATED_LATENCY_KEY
+        )
+        raise BackendError(f"parameter {key}: {exc}", 400) from None
+
+
 def _output_dims(spec: Mapping[str, Any]) -> list[int]:
     """An output's dims with variable (-1) dims emitted as 1."""
     return [d if d > 0 else 1 for d in spec.get("dims", [])]
 
 
 class EmulatedBackend:
-    """Batch latency A + B·b (+ C·tokens) ms, identity-like deterministic outputs."""
+    """Batch latency from `GpuCurve` (the simulator's), identity-like deterministic outputs."""
 
     def __init__(self, config: Mapping[str, Any]) -> None:
-        raw = _param(config, EMULATED_LATENCY_KEY) or ""
-        parts = raw.split(",")
-        try:
-            if len(parts) != 2:
-                raise ValueError
-            self.fixed_ms, self.per_item_ms = float(parts[0]), float(parts[1])
-        except ValueError:
-            raise BackendError(
-                f'parameter {EMULATED_LATENCY_KEY} must be "A,B" (ms: A + B*batch), got {raw!r}', 400
-            ) from None
-        tok = _param(config, EMULATED_TOKEN_KEY)
-        try:
-            self.per_token_ms = float(tok) if tok else 0.0
-        except ValueError:
-            raise BackendError(f"parameter {EMULATED_TOKEN_KEY} must be a number, got {tok!r}", 400) from None
-        if min(self.fixed_ms, self.per_item_ms, self.per_token_ms) < 0:
-            raise BackendError(f"emulated latency parameters must be >= 0, got {raw!r}", 400)
+        self.curve = _emulated_curve(config)
         self._batching = int(config.get("max_batch_size", 0)) > 0
         self._inputs = list(config.get("input", []))
         self._outputs = list(config.get("output", []))
@@ -156,12 +184,12 @@ class EmulatedBackend:
         return self._memory
 
     def latency_s(self, batch: list[WorkItem]) -> float:
-        """Emulated compute time of this batch."""
+        """Emulated compute time of this batch: the curve at its size and its longest request."""
         size = sum(_batch_dim(item, self._batching) for item in batch)
-        ms = self.fixed_ms + self.per_item_ms * size
-        if self.per_token_ms:
-            ms += self.per_token_ms * sum(request_tokens(item) for item in batch)
-        return ms / 1000.0
+        max_tokens = 0
+        if self.curve.token_ms_per_1k:
+            max_tokens = max((request_tokens(item) for item in batch), default=0)
+        return self.curve.batch_ms(size, max_tokens) / 1000.0
 
     async def execute(self, batch: list[WorkItem]) -> BatchOutcome:
         t0 = time.monotonic_ns()

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from poolpilot.gpucurve import DEFAULT_A_MS, DEFAULT_B_MS
+
 
 @dataclass(frozen=True, slots=True)
 class PolicyParams:
@@ -16,8 +18,8 @@ class PolicyParams:
 
     # Prior batch-latency curve (ms = a + b·batch), used until the pool's own data says otherwise.
     # The spec has no field for it yet; these are the A100 figures of the design notes.
-    prior_a_ms: float = 50.0
-    prior_b_ms: float = 2.19
+    prior_a_ms: float = DEFAULT_A_MS
+    prior_b_ms: float = DEFAULT_B_MS
     # Weights of the prior (ridge penalties). The intercept is nearly free, the slope is held: a pool
     # seen at one batch size moves the line's level through its data and keeps the prior slope until
     # its batch sizes spread (data slope weight = Σw·var(batch); 1000 ≈ 10 observations ±10 items).

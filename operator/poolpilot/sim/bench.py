@@ -42,11 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from poolpilot.sim.hindsight import best_fixed_fleet
-from poolpilot.sim.params import SimParams
-from poolpilot.sim.registry import BASELINE_NAMES, HINDSIGHT, ORACLE, run_policy
-from poolpilot.sim.run import Result, prepare_params
-from poolpilot.sim.traces import (
+from poolpilot.loads import (
     DEFAULT_TRACE,
     SYNTHETIC_KINDS,
     Trace,
@@ -56,6 +52,10 @@ from poolpilot.sim.traces import (
     scale_rate,
     synthetic,
 )
+from poolpilot.sim.hindsight import best_fixed_fleet
+from poolpilot.sim.params import SimParams
+from poolpilot.sim.registry import BASELINE_NAMES, HINDSIGHT, ORACLE, run_policy
+from poolpilot.sim.run import Result, prepare_params
 
 POOLPILOT = "poolpilot"
 TRACE_RATE_SCALES: tuple[float, ...] = (12.0, 35.0, 80.0)

@@ -4,7 +4,7 @@
         [--seed N] [--slo-ms 150] [--batch-latency-ms A,B] [--policy NAME ...|all] [--json OUT] [--report DIR]
 
 Without `--trace` or `--synthetic` the shared Azure trace is used: `../shared/traces/
-AzureLLMInferenceTrace_conv.csv` relative to the repository (`poolpilot.sim.traces.DEFAULT_TRACE`).
+AzureLLMInferenceTrace_conv.csv` relative to the repository (`poolpilot.loads.DEFAULT_TRACE`).
 `--rate-scale` multiplies the trace's rate (cloning with jitter by default, `--rate-method compress`
 to compress timestamps) or the synthetic base rate (5.5 req/s × X). `--duration` cuts or loops the
 trace (synthetic default: 3600 s).
@@ -23,12 +23,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from poolpilot.sim.params import SimParams
-from poolpilot.sim.registry import POLICY_NAMES, expand_policies, run_policy
-from poolpilot.sim.run import Result
-from poolpilot.sim.traces import (
+from poolpilot.gpucurve import DEFAULT_A_MS, DEFAULT_B_MS, DEFAULT_TOKEN_MS_PER_1K, DEFAULT_TOKEN_REF
+from poolpilot.loads import (
     DEFAULT_TRACE,
-    SYNTHETIC_KINDS,
+    LOAD_SHAPES,
     Trace,
     fit_duration,
     load_azure_csv,
@@ -36,6 +34,9 @@ from poolpilot.sim.traces import (
     scale_rate,
     synthetic,
 )
+from poolpilot.sim.params import SimParams
+from poolpilot.sim.registry import POLICY_NAMES, expand_policies, run_policy
+from poolpilot.sim.run import Result
 
 
 def parse_batch_latency(text: str) -> tuple[float, float]:
@@ -69,7 +70,7 @@ def _positive_float(name: str) -> Any:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     src = parser.add_mutually_exclusive_group()
     src.add_argument("--trace", type=Path, help=f"Azure-format CSV (default: {DEFAULT_TRACE})")
-    src.add_argument("--synthetic", choices=SYNTHETIC_KINDS, help="seeded synthetic load instead of a trace")
+    src.add_argument("--synthetic", choices=LOAD_SHAPES, help="seeded synthetic load instead of a trace")
     parser.add_argument("--rate-scale", type=_positive_float("--rate-scale"), default=1.0, metavar="X")
     parser.add_argument(
         "--rate-method",
@@ -87,7 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the pool's spec.slo.marginRatio: PoolPilot plans for slo-ms x (1 - it)",
     )  # fmt: skip
     parser.add_argument(
-        "--batch-latency-ms", type=parse_batch_latency, default=(50.0, 2.19), metavar="A,B",
+        "--batch-latency-ms", type=parse_batch_latency, default=(DEFAULT_A_MS, DEFAULT_B_MS), metavar="A,B",
         help="GPU batch latency = A + B·batch ms (default 50,2.19)",
     )  # fmt: skip
     parser.add_argument(
@@ -98,14 +99,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", type=Path, metavar="DIR", help="write a Markdown report with plots here")
     parser.add_argument(
         "--token-mode",
-        choices=("max", "sum", "none"),
+        choices=("max", "none"),
         default="max",
-        help="straggler term of the batch latency",
+        help="token term of the batch latency: the longest request's tokens above --token-ref",
     )
     parser.add_argument(
-        "--token-ms-per-1k", type=float, default=10.0, help="ms per 1k tokens above --token-ref"
+        "--token-ms-per-1k",
+        type=float,
+        default=DEFAULT_TOKEN_MS_PER_1K,
+        help="ms per 1k tokens above --token-ref",
     )
-    parser.add_argument("--token-ref", type=int, default=2048)
+    parser.add_argument("--token-ref", type=int, default=DEFAULT_TOKEN_REF)
     parser.add_argument("--min-replicas", type=int, default=1)
     parser.add_argument("--max-replicas", type=int, default=256)
     parser.add_argument("--max-nodes", type=int, default=32)

@@ -40,11 +40,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from poolpilot.loads import Trace
 from poolpilot.policy.types import BatchingConfig
 from poolpilot.sim.params import SimParams
 from poolpilot.sim.protocol import Action, Controller, Observation
 from poolpilot.sim.signals import ROUTER_BUCKETS_MS, PromStore, ScrapeSample, histogram_quantile
-from poolpilot.sim.traces import Trace
 from poolpilot.triton.batcher import BatcherConfig, BatchQueue, QueuePolicy
 
 # Request status codes in `EngineOutput.status`.
@@ -268,10 +268,7 @@ class FleetEngine:
         tok = tok_np.tolist()
         n = len(arr)
         tok_get = tok.__getitem__
-        a_ms, b_ms = p.batch_latency_a_ms, p.batch_latency_b_ms
-        tok_mode = {"none": 0, "max": 1, "sum": 2}[p.token_mode]
-        tok_ref = p.token_ref
-        tok_coef = p.token_ms_per_1k / 1000.0
+        batch_ms = p.gpu_curve.batch_ms
         interf = p.instance_interference
 
         heap: list[tuple[float, int, int, Any]] = []
@@ -339,15 +336,7 @@ class FleetEngine:
                         push(heap, (wake, next(seq), _EV_WAKE, pod))
                     break
                 nb = len(execute)
-                lat = a_ms + b_ms * nb
-                if tok_mode == 1:
-                    mt = tok[execute[0]] if nb == 1 else max(map(tok_get, execute))
-                    if mt > tok_ref:
-                        lat += tok_coef * (mt - tok_ref)
-                elif tok_mode == 2:
-                    st = sum(map(tok_get, execute))
-                    if st > tok_ref:
-                        lat += tok_coef * (st - tok_ref)
+                lat = batch_ms(nb, tok[execute[0]] if nb == 1 else max(map(tok_get, execute)))
                 if running:
                     lat *= 1.0 + interf * running
                 else:

@@ -52,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from poolpilot.loads import Trace
 from poolpilot.policy.types import BatchingConfig
 from poolpilot.sim.controllers import FixedController
 from poolpilot.sim.oracle import (
@@ -61,7 +62,6 @@ from poolpilot.sim.oracle import (
 )
 from poolpilot.sim.params import SimParams
 from poolpilot.sim.run import Result, prepare_params, simulate
-from poolpilot.sim.traces import Trace
 
 HINDSIGHT = "hindsight-static"
 HINDSIGHT_DELAYS_US: tuple[int, ...] = ORACLE_DELAYS_US  # 0, 5 ms, 20 ms

@@ -35,12 +35,12 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
+from poolpilot.loads import Trace, load_default_tokens
 from poolpilot.policy.types import BatchingConfig
 from poolpilot.sim.controllers import FixedController
 from poolpilot.sim.engine import OK, STATUS_NAMES, FleetEngine
 from poolpilot.sim.params import SimParams
 from poolpilot.sim.run import Result
-from poolpilot.sim.traces import Trace, load_default_tokens
 
 # Queue delays (µs) × instance counts the oracle may pick per minute. Max batch is the model's.
 ORACLE_DELAYS_US: tuple[int, ...] = (0, 5_000, 20_000)

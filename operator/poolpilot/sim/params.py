@@ -3,11 +3,10 @@
 Controllers are built from it (`factory(params) -> Controller`); `simulate` fills `peak_rate_per_s`
 from the trace before building them, so a static fleet can be provisioned for the peak.
 
-GPU batch latency of one execution (ms):
-    a_ms + b_ms · batch + token_ms_per_1k · max(0, T − token_ref) / 1000
-where T is the largest (token_mode "max") or the summed (token_mode "sum") context+generated tokens
-of the batch's requests, 0 with token_mode "none". Default: "max" with 10 ms per 1k tokens above 2,048,
-so one 5,000-token request adds ~30 ms to its whole batch (a mild straggler). When k executions share
+GPU batch latency of one execution: `poolpilot.gpucurve.GpuCurve` (the executor's emulated GPU runs
+the same code), built by `SimParams.gpu_curve`: a_ms + b_ms · batch, plus token_ms_per_1k per 1k
+tokens of the batch's largest request above token_ref (token_mode "max", the default: one 5,000-token
+request adds ~30 ms to its whole batch), no token term with token_mode "none". When k executions share
 one GPU (instance_count > 1), an execution that starts while m others run takes
 (1 + instance_interference · m) times as long (default 0.8: a second instance buys ~10 % throughput).
 """
@@ -18,7 +17,15 @@ import math
 from dataclasses import dataclass, fields
 from typing import Literal
 
-TokenMode = Literal["max", "sum", "none"]
+from poolpilot.gpucurve import (
+    DEFAULT_A_MS,
+    DEFAULT_B_MS,
+    DEFAULT_TOKEN_MS_PER_1K,
+    DEFAULT_TOKEN_REF,
+    GpuCurve,
+)
+
+TokenMode = Literal["max", "none"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,11 +36,11 @@ class SimParams:
     latency_quantile: float = 0.99
     # InferencePool spec.slo.marginRatio of the simulated pool (PoolPilot plans for target x (1 - it)).
     margin_ratio: float = 0.05
-    batch_latency_a_ms: float = 50.0
-    batch_latency_b_ms: float = 2.19
+    batch_latency_a_ms: float = DEFAULT_A_MS
+    batch_latency_b_ms: float = DEFAULT_B_MS
     token_mode: TokenMode = "max"
-    token_ref: int = 2048
-    token_ms_per_1k: float = 10.0
+    token_ref: int = DEFAULT_TOKEN_REF
+    token_ms_per_1k: float = DEFAULT_TOKEN_MS_PER_1K
     instance_interference: float = 0.8
     model_max_batch_size: int = 64
     # Node pool (GPUNodePool defaults of issue 3)
@@ -84,8 +91,8 @@ class SimParams:
             raise ValueError(f"margin_ratio must be in [0, 1), got {self.margin_ratio}")
         if not 0 < self.latency_quantile < 1:
             raise ValueError(f"latency_quantile must be in (0, 1), got {self.latency_quantile}")
-        if self.token_mode not in ("max", "sum", "none"):
-            raise ValueError(f"token_mode must be max, sum or none, got {self.token_mode!r}")
+        if self.token_mode not in ("max", "none"):
+            raise ValueError(f"token_mode must be max or none, got {self.token_mode!r}")
         for name in (
             "model_max_batch_size",
             "gpus_per_node",
@@ -121,9 +128,15 @@ class SimParams:
     def replicas_per_node(self) -> int:
         return self.gpus_per_node // self.gpus_per_replica
 
+    @property
+    def gpu_curve(self) -> GpuCurve:
+        """The GPU's batch-latency curve (the token term only with token_mode "max")."""
+        tok = self.token_ms_per_1k if self.token_mode == "max" else 0.0
+        return GpuCurve(self.batch_latency_a_ms, self.batch_latency_b_ms, tok, self.token_ref)
+
     def curve_ms(self, batch: int) -> float:
         """Batch latency without the token term: what a capacity planner would assume."""
-        return self.batch_latency_a_ms + self.batch_latency_b_ms * batch
+        return self.gpu_curve.curve_ms(batch)
 
     def nodes_for(self, replicas: int) -> int:
         """Nodes that hold `replicas` pods (whole pods per node)."""

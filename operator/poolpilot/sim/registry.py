@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from poolpilot.loads import Trace
 from poolpilot.sim.controllers import PoolPilotController
 from poolpilot.sim.params import SimParams
 from poolpilot.sim.protocol import Controller
 from poolpilot.sim.run import Result, prepare_params, simulate
-from poolpilot.sim.traces import Trace
 
 BASELINE_NAMES: tuple[str, ...] = ("static", "hpa", "keda", "kpa", "aimd")
 ORACLE = "oracle"

@@ -39,10 +39,10 @@ from typing import Any
 
 import numpy as np
 
+from poolpilot.loads import Trace
 from poolpilot.sim.engine import OK, STATUS_NAMES, EngineOutput, FleetEngine
 from poolpilot.sim.params import SimParams
 from poolpilot.sim.protocol import Controller
-from poolpilot.sim.traces import Trace
 
 ControllerFactory = Callable[[SimParams], Controller]
 

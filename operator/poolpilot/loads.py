@@ -1,4 +1,7 @@
-"""Arrival processes for the simulator: the Azure LLM trace, rate multipliers, and seeded synthetic loads.
+"""The loads, one module for the simulator and the load generator: the Azure LLM trace, rate multipliers,
+seeded synthetic loads. `poolpilot simulate --synthetic K` and `poolpilot loadgen --synthetic K` draw the
+same arrivals and tokens from `synthetic` (same duration, rate scale and seed), and the Azure CSV is parsed
+only by `load_azure_csv`. Errors are `LoadError` (a ValueError) naming the field, and the row for a CSV.
 
 A `Trace` is three aligned numpy arrays sorted by time: `arrival_s` (seconds from the first request),
 `context_tokens`, `generated_tokens`, plus `duration_s` (the span the trace describes, which is what
@@ -15,8 +18,9 @@ lognormal fit to it (medians 1,020 / 129, p99 4,142 / 601) when the trace file i
 - `step`: the base rate, 3× the base rate from 1/3 to 2/3 of the duration, then the base rate again;
 - `diurnal`: base · (0.3 + 1.7 · (1 − cos 2πt/T)/2): a compressed day, trough 0.3×, peak 2× at T/2;
 - `flash`: the base rate, with a flash crowd at 40 % of the duration ramping to 6× in 30 s and decaying
-  back with a 120 s time constant.
-The base rate is the shared trace's mean (5.5 requests/s) times `rate_scale`.
+  back with a 120 s time constant;
+- `constant`: the base rate throughout (a steady Poisson stream, for calibration and tests).
+The base rate is the shared trace's mean (5.5 requests/s) times `rate_scale`, or `base_rps` when given.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ IntArray = npt.NDArray[np.int64]
 
 # The shared trace, relative to the repository root (the repo is /work/main, shared is /work/shared).
 DEFAULT_TRACE = (
-    Path(__file__).resolve().parents[3] / ".." / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+    Path(__file__).resolve().parents[2] / ".." / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 )
 TRACE_MEAN_RATE_PER_S = 5.5  # the shared trace's mean arrival rate (README, measured)
 
@@ -46,8 +50,13 @@ _CTX_MEDIAN, _CTX_P99 = 1020.0, 4142.0
 _GEN_MEDIAN, _GEN_P99 = 129.0, 601.0
 _Z99 = 2.3263478740408408
 
-SyntheticKind = Literal["step", "diurnal", "flash"]
-SYNTHETIC_KINDS: tuple[SyntheticKind, ...] = ("step", "diurnal", "flash")
+SyntheticKind = Literal["step", "diurnal", "flash", "constant"]
+SYNTHETIC_KINDS: tuple[SyntheticKind, ...] = ("step", "diurnal", "flash")  # the bench's shapes
+LOAD_SHAPES: tuple[SyntheticKind, ...] = (*SYNTHETIC_KINDS, "constant")  # what --synthetic accepts
+
+
+class LoadError(ValueError):
+    """A bad trace file or load parameter; the message names the field (and the CSV row)."""
 
 
 @dataclass(frozen=True)
@@ -64,11 +73,11 @@ class Trace:
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
         if len(self.context_tokens) != n or len(self.generated_tokens) != n:
-            raise ValueError("trace arrays must have the same length")
+            raise LoadError("trace arrays must have the same length")
         if n and not bool(np.all(np.diff(self.arrival_s) >= 0)):
-            raise ValueError("trace arrival_s must be sorted")
+            raise LoadError("trace arrival_s must be sorted")
         if not self.duration_s >= 0:
-            raise ValueError(f"duration_s must be >= 0, got {self.duration_s}")
+            raise LoadError(f"duration_s must be >= 0, got {self.duration_s}")
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -95,7 +104,7 @@ def load_azure_csv(path: str | Path) -> Trace:
     """Read `TIMESTAMP,ContextTokens,GeneratedTokens`; errors name the row and the field."""
     p = Path(path)
     if not p.is_file():
-        raise ValueError(f"trace file not found: {p}")
+        raise LoadError(f"trace file not found: {p}")
     times: list[float] = []
     ctx: list[int] = []
     gen: list[int] = []
@@ -104,30 +113,27 @@ def load_azure_csv(path: str | Path) -> Trace:
         header = next(reader, None)
         expected = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
         if header is None or [h.strip() for h in header] != expected:
-            raise ValueError(f"{p}: header must be {','.join(expected)}, got {header!r}")
+            raise LoadError(f"{p}: header must be {','.join(expected)}, got {header!r}")
         for row_no, row in enumerate(reader, start=2):
             if not row:
                 continue
             if len(row) != 3:
-                raise ValueError(f"{p}:{row_no}: expected 3 fields, got {len(row)}")
+                raise LoadError(f"{p}:{row_no}: expected 3 fields, got {len(row)}")
             ts = row[0].strip()
             try:
                 # 7 fractional digits (100 ns): datetime takes at most 6, so split the fraction off.
                 base, _, frac = ts.partition(".")
                 t = datetime.fromisoformat(base).timestamp() + (float("0." + frac) if frac else 0.0)
             except ValueError:
-                raise ValueError(f"{p}:{row_no}: TIMESTAMP {ts!r} is not a timestamp") from None
-            try:
-                c, g = int(row[1]), int(row[2])
-            except ValueError:
-                raise ValueError(f"{p}:{row_no}: ContextTokens/GeneratedTokens must be integers") from None
-            if c < 0 or g < 0:
-                raise ValueError(f"{p}:{row_no}: token counts must be >= 0")
+                raise LoadError(f"{p}:{row_no}: TIMESTAMP {ts!r} is not a timestamp") from None
+            c, g = (
+                _token_count(p, row_no, name, raw) for name, raw in zip(expected[1:], row[1:], strict=True)
+            )
             times.append(t)
             ctx.append(c)
             gen.append(g)
     if not times:
-        raise ValueError(f"{p}: no requests")
+        raise LoadError(f"{p}: no rows (no requests)")
     t_arr = np.asarray(times, dtype=np.float64)
     order = np.argsort(t_arr, kind="stable")
     t_arr = t_arr[order] - t_arr[order[0]]
@@ -141,12 +147,22 @@ def load_azure_csv(path: str | Path) -> Trace:
     )
 
 
+def _token_count(path: Path, row_no: int, column: str, raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise LoadError(f"{path}:{row_no}: {column} {raw.strip()!r} is not an integer") from None
+    if value < 0:
+        raise LoadError(f"{path}:{row_no}: {column} must be >= 0, got {value}")
+    return value
+
+
 def scale_rate(
     trace: Trace, rate_scale: float, *, seed: int = 0, method: Literal["clone", "compress"] = "clone"
 ) -> Trace:
     """Multiply the arrival rate by `rate_scale` (see the module docstring for the two methods)."""
     if not rate_scale > 0 or not math.isfinite(rate_scale):
-        raise ValueError(f"rate_scale must be a positive number, got {rate_scale}")
+        raise LoadError(f"rate_scale must be a positive number, got {rate_scale}")
     if rate_scale == 1.0:
         return trace
     if method == "compress":
@@ -159,7 +175,7 @@ def scale_rate(
             description=f"{trace.description}; rate ×{rate_scale:g} by timestamp compression",
         )
     if method != "clone":
-        raise ValueError(f"rate-scale method must be clone or compress, got {method!r}")
+        raise LoadError(f"rate-scale method must be clone or compress, got {method!r}")
     rng = np.random.default_rng(seed)
     whole = math.floor(rate_scale)
     frac = rate_scale - whole
@@ -186,7 +202,7 @@ def scale_rate(
 def fit_duration(trace: Trace, duration_s: float) -> Trace:
     """Cut the trace to `duration_s`, or loop it (shifted copies) until it covers `duration_s`."""
     if not duration_s > 0:
-        raise ValueError(f"duration must be > 0 s, got {duration_s}")
+        raise LoadError(f"duration must be > 0 s, got {duration_s}")
     if duration_s <= trace.duration_s:
         keep = trace.arrival_s < duration_s
         return Trace(
@@ -198,7 +214,7 @@ def fit_duration(trace: Trace, duration_s: float) -> Trace:
             description=f"{trace.description}; first {duration_s:g} s",
         )
     if trace.duration_s <= 0:
-        raise ValueError("cannot loop a trace of zero duration")
+        raise LoadError("cannot loop a trace of zero duration")
     loops = math.ceil(duration_s / trace.duration_s)
     t = np.concatenate([trace.arrival_s + k * trace.duration_s for k in range(loops)])
     ctx = np.tile(trace.context_tokens, loops)
@@ -237,7 +253,9 @@ def _rate_function(kind: SyntheticKind, base: float, duration_s: float) -> Calla
             return base * (1.0 + (peak - 1.0) * up * down)
 
         return flash
-    raise ValueError(f"synthetic load must be one of {', '.join(SYNTHETIC_KINDS)}, got {kind!r}")
+    if kind == "constant":
+        return lambda t: np.full_like(t, base)
+    raise LoadError(f"synthetic must be one of {', '.join(LOAD_SHAPES)}, got {kind!r}")
 
 
 def synthetic(
@@ -247,13 +265,18 @@ def synthetic(
     rate_scale: float = 1.0,
     seed: int = 0,
     token_source: Trace | None = None,
+    base_rps: float | None = None,
 ) -> Trace:
     """A seeded synthetic load (see the module docstring for the shapes and the token model)."""
-    if not duration_s > 0:
-        raise ValueError(f"duration must be > 0 s, got {duration_s}")
-    if not rate_scale > 0:
-        raise ValueError(f"rate_scale must be > 0, got {rate_scale}")
-    base = TRACE_MEAN_RATE_PER_S * rate_scale
+    if kind not in LOAD_SHAPES:
+        raise LoadError(f"synthetic must be one of {', '.join(LOAD_SHAPES)}, got {kind!r}")
+    if not (duration_s > 0 and math.isfinite(duration_s)):
+        raise LoadError(f"duration must be > 0 s, got {duration_s}")
+    if not (rate_scale > 0 and math.isfinite(rate_scale)):
+        raise LoadError(f"rate_scale must be > 0, got {rate_scale}")
+    if base_rps is not None and not (base_rps > 0 and math.isfinite(base_rps)):
+        raise LoadError(f"base_rps must be > 0, got {base_rps}")
+    base = TRACE_MEAN_RATE_PER_S * rate_scale if base_rps is None else base_rps
     rate = _rate_function(kind, base, duration_s)
     grid = np.linspace(0.0, duration_s, 4097)
     lam_max = float(rate(grid).max()) * 1.0001
@@ -279,7 +302,8 @@ def synthetic(
         duration_s=duration_s,
         name=f"synthetic-{kind}",
         description=(
-            f"synthetic {kind}: Poisson, base {base:.1f} req/s (5.5 × {rate_scale:g}), "
+            f"synthetic {kind}: Poisson, base {base:.1f} req/s"
+            f"{f' (5.5 × {rate_scale:g})' if base_rps is None else ''}, "
             f"{duration_s:g} s, seed {seed}, {tok_desc}"
         ),
     )

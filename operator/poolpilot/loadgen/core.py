@@ -8,7 +8,8 @@ its scheduled offset whatever earlier responses do; the generator reports how la
 Requests go through ``tritonclient.http.aio`` round-robin over one or more ``--url``s. The end-to-end
 latency of successful requests is exported as a Prometheus histogram (the "router side" p99, with
 buckets fine enough for ms-scale objectives), with counters by status; ``--csv`` writes one row per
-request. Schedules come from :mod:`poolpilot.loadgen_schedule`.
+request. Schedules come from :mod:`poolpilot.loadgen.schedule`, built on :mod:`poolpilot.loads` (the
+simulator's loads), and requests are routed by :mod:`poolpilot.loadgen.routing`.
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ import prometheus_client
 import tritonclient.http.aio as triton_aio
 from tritonclient.utils import InferenceServerException
 
-from poolpilot import loadgen_schedule
-from poolpilot.loadgen_routing import RoutingError, ServiceRouter, StaticRouter
-from poolpilot.loadgen_schedule import Arrival
+from poolpilot import loads
+from poolpilot.loadgen import schedule as loadgen_schedule
+from poolpilot.loadgen.routing import RoutingError, ServiceRouter, StaticRouter
+from poolpilot.loadgen.schedule import Arrival
 
 LATENCY_BUCKETS_S: Final[tuple[float, ...]] = (
     *(0.001, 0.002, 0.003, 0.004),
@@ -173,7 +175,7 @@ class LoadgenMetrics:
 
 TOKENS_INPUT: Final = "TOKENS"
 """An integer input of this name carries each arrival's token count (context + generated), which
-token-aware emulated models (``emulated_ms_per_token``) charge for; other inputs get random data."""
+token-aware emulated models (``emulated_token_ms_per_1k``) charge for; other inputs get random data."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -461,11 +463,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument(
         "--trace", type=Path, help="Azure LLM trace CSV (TIMESTAMP,ContextTokens,GeneratedTokens)"
     )
-    source.add_argument("--synthetic", choices=loadgen_schedule.SYNTHETIC_KINDS)
-    load.add_argument("--rate-scale", type=float, default=1.0, help="trace: multiply the request rate")
+    source.add_argument(
+        "--synthetic", choices=loads.LOAD_SHAPES, help="the simulator's seeded shape (poolpilot.loads)"
+    )
+    load.add_argument(
+        "--rate-scale", type=float, default=1.0,
+        help="trace: compress time by this factor; synthetic: base rate = 5.5 req/s × this (as simulate)",
+    )  # fmt: skip
     load.add_argument("--start-offset-s", type=float, default=0.0, help="trace: skip this much trace time")
-    load.add_argument("--rate", type=float, default=10.0, help="synthetic: base rate, requests/s")
-    load.add_argument("--peak-factor", type=float, default=3.0, help="synthetic: peak rate / base rate")
+    load.add_argument(
+        "--rate", type=float, default=None, help="synthetic: base rate in requests/s instead of --rate-scale"
+    )
     load.add_argument("--seed", type=int, default=0)
     load.add_argument("--duration", type=float, default=60.0, help="seconds of schedule to send (bounded)")
     load.add_argument("--max-requests", type=int, default=None, help="stop after this many requests")
@@ -491,10 +499,11 @@ def schedule_from_args(args: argparse.Namespace) -> list[Arrival]:
         )
     return loadgen_schedule.synthetic(
         args.synthetic,
-        base_rps=args.rate,
         duration_s=args.duration,
         seed=args.seed,
-        peak_factor=args.peak_factor,
+        rate_scale=args.rate_scale,
+        base_rps=args.rate,
+        token_source=loads.load_default_tokens(),
         max_requests=args.max_requests,
     )
 
@@ -517,7 +526,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
         schedule = schedule_from_args(args)
-    except (LoadgenError, loadgen_schedule.ScheduleError, OSError) as exc:
+    except (LoadgenError, loads.LoadError, OSError) as exc:
         print(f"poolpilot loadgen: {exc}", file=sys.stderr)
         return 2
     metrics = LoadgenMetrics()
