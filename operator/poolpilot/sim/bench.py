@@ -283,8 +283,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--duration", type=float, default=FULL_DURATION_S, metavar="S", help="suite scenario length in s"
     )
     suite.add_argument("--jobs", type=int, metavar="J", help="suite processes (default: all cores)")
+    suite.add_argument("--cache-dir", type=Path, metavar="DIR", help="suite results per scenario (resumable)")
     suite.add_argument(
-        "--cache-dir", type=Path, metavar="DIR", help="suite results per scenario (resumable)"
+        "--report-only", action="store_true", help="suite: report the cached scenarios, run nothing"
     )
 
 

@@ -21,8 +21,9 @@ is the only fixed fleet that can dominate it (the cheaper ones attain no more). 
   the plant's max nodes).
 
 Results are cached per scenario as JSON in the cache folder (key = the scenario's spec, so a changed
-spec re-runs it); a rerun skips what is cached. Scenarios run in parallel processes (`--jobs`, default
-all cores), with a progress line per finished scenario.
+spec re-runs it); a rerun skips what is cached, and `--report-only` reports what is cached without
+running anything. Scenarios run in parallel processes (`--jobs`, default all cores), with a progress
+line per finished scenario.
 """
 
 from __future__ import annotations
@@ -487,14 +488,23 @@ def main(args: Any) -> int:
     def out(line: str) -> None:
         print(line, flush=True)
 
-    records = run_suite(
-        specs,
-        cache_dir=cache_dir,
-        trace_path=args.trace,
-        policies=default_policies(),
-        jobs=jobs,
-        out=out,
-    )
+    if getattr(args, "report_only", False):
+        found = [cached(cache_dir, s, default_policies()) for s in specs]
+        records = [r for r in found if r is not None]
+        missing = [s.name for s, r in zip(specs, found, strict=True) if r is None]
+        out(
+            f"report from {len(records)} cached scenarios in {cache_dir}; "
+            f"not run: {', '.join(missing) or 'none'}"
+        )
+    else:
+        records = run_suite(
+            specs,
+            cache_dir=cache_dir,
+            trace_path=args.trace,
+            policies=default_policies(),
+            jobs=jobs,
+            out=out,
+        )
     wall = time.perf_counter() - t0
     agg = aggregate(records)
     out(
