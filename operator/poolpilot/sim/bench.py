@@ -275,6 +275,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--report-dir", type=Path, metavar="DIR", help="also write a plot report per scenario"
     )
     parser.add_argument("--strict", action="store_true", help="exit 1 when a goal fails")
+    suite = parser.add_argument_group("generalization suite (poolpilot.sim.suite)")
+    suite.add_argument("--suite", choices=("generalize",), help="run the generalization suite instead")
+    suite.add_argument("--seeds", choices=("dev", "heldout"), default="dev", help="suite seed set")
+    suite.add_argument("--count", type=int, default=40, metavar="N", help="suite scenarios (default 40)")
+    suite.add_argument(
+        "--duration", type=float, default=FULL_DURATION_S, metavar="S", help="suite scenario length in s"
+    )
+    suite.add_argument("--jobs", type=int, metavar="J", help="suite processes (default: all cores)")
+    suite.add_argument("--cache-dir", type=Path, metavar="DIR", help="suite results per scenario (resumable)")
+    suite.add_argument(
+        "--report-only", action="store_true", help="suite: report the cached scenarios, run nothing"
+    )
 
 
 def _print(text: str = "") -> None:
@@ -282,6 +294,10 @@ def _print(text: str = "") -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if getattr(args, "suite", None) == "generalize":
+        from poolpilot.sim import suite
+
+        return suite.main(args)
     duration = QUICK_DURATION_S if args.quick else FULL_DURATION_S
     params = SimParams(seed=args.seed)
     try:

@@ -1,0 +1,526 @@
+"""The generalization suite (`poolpilot bench --suite generalize`): unseen loads and plants.
+
+    poolpilot bench --suite generalize [--seeds dev|heldout] [--count N] [--duration S] [--jobs J]
+        [--cache-dir DIR] [--json OUT] [--markdown OUT]
+
+Scenario i of a seed set is a pure function of (set, i): family = FAMILIES[i mod len], everything else
+drawn from `numpy.random.default_rng(base + i)` — dev seeds base 0, held-out seeds base 1,000,000
+(`SEED_BASES`). Each draws a target peak fleet (log-uniform 3–300 replicas, turned into a peak rate with
+the plant's measured per-replica capacity), a plant (curve A 20–80 ms, B 0.5–4 ms per item, token cost
+0–30 ms per 1k tokens, node lead 120–600 s, pod start 20–120 s, objective 100–500 ms) and, for synthetic
+families, a token mix. Families: the shared trace by superposition and by cloning, and the synthetic
+shapes of `suite_load.SHAPES` (the on/off family always with long prompts and short outputs).
+
+Per scenario: PoolPilot, every baseline, the oracle, and the fixed-fleet frontier — fixed fleets of whole
+nodes (Triton's default batching), ready at t=0: bisection for the fewest nodes meeting 99 % of windows
+(attainment taken as non-decreasing in nodes) plus the largest fleet PoolPilot's GPU-hours can buy, which
+is the only fixed fleet that can dominate it (the cheaper ones attain no more). From these:
+
+- *dominated*: some fixed fleet or baseline with no more GPU-hours and no less attainment, one strictly;
+- *ratio*: PoolPilot's GPU-hours over those of the cheapest fixed fleet meeting 99 % (None if none within
+  the plant's max nodes).
+
+Results are cached per scenario as JSON in the cache folder (key = the scenario's spec, so a changed
+spec re-runs it); a rerun skips what is cached, and `--report-only` reports what is cached without
+running anything. Scenarios run in parallel processes (`--jobs`, default all cores), with a progress
+line per finished scenario.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from poolpilot.sim.controllers import FixedController
+from poolpilot.sim.engine import default_batching
+from poolpilot.sim.params import SimParams
+from poolpilot.sim.registry import BASELINE_NAMES, ORACLE, run_policy
+from poolpilot.sim.run import Result, prepare_params, replica_capacity_per_s, simulate
+from poolpilot.sim.suite_load import TOKEN_MIXES, draw_tokens, poisson_arrivals, rate_shape, superpose
+from poolpilot.sim.traces import DEFAULT_TRACE, Trace, fit_duration, load_azure_csv, scale_rate
+
+POOLPILOT = "poolpilot"
+WINDOW_GOAL = 0.99
+FAMILIES: tuple[str, ...] = (
+    "trace-superpose",
+    "trace-clone",
+    "ramp",
+    "diurnal",
+    "mmpp",
+    "flash",
+    "onoff",
+    "ramp-burst-flash",
+)
+SEED_BASES: dict[str, int] = {"dev": 0, "heldout": 1_000_000}
+DEFAULT_COUNT = 40
+PEAK_REPLICAS_RANGE = (3.0, 300.0)
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class ScenarioSpec:
+    """Everything that defines one scenario; the cache key."""
+
+    name: str
+    family: str
+    seed: int
+    duration_s: float
+    target_peak_replicas: float
+    token_mix: str
+    plant: dict[str, float | int]
+
+    def params(self) -> SimParams:
+        return SimParams(seed=self.seed, **self.plant)  # type: ignore[arg-type]
+
+
+def draw_spec(seed_set: str, index: int, duration_s: float) -> ScenarioSpec:
+    """Scenario `index` of a seed set (module docstring)."""
+    if seed_set not in SEED_BASES:
+        raise ValueError(f"--seeds must be one of {', '.join(SEED_BASES)}, got {seed_set!r}")
+    seed = SEED_BASES[seed_set] + index
+    rng = np.random.default_rng(seed)
+    family = FAMILIES[index % len(FAMILIES)]
+    lo, hi = PEAK_REPLICAS_RANGE
+    target = float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+    a_ms = float(rng.uniform(20.0, 80.0))
+    slo_ms = float(rng.uniform(max(100.0, 1.5 * a_ms + 10.0), 500.0))
+    max_nodes = max(32, math.ceil(2.0 * target / 8))
+    plant: dict[str, float | int] = {
+        "batch_latency_a_ms": round(a_ms, 2),
+        "batch_latency_b_ms": round(float(rng.uniform(0.5, 4.0)), 3),
+        "token_ms_per_1k": round(float(rng.uniform(0.0, 30.0)), 2),
+        "node_provisioning_s": round(float(rng.uniform(120.0, 600.0)), 1),
+        "pod_start_s": round(float(rng.uniform(20.0, 120.0)), 1),
+        "slo_ms": round(slo_ms, 1),
+        "max_nodes": max_nodes,
+        "max_replicas": max_nodes * 8,
+    }
+    if family == "onoff":
+        mix = "long-prompt"
+    elif family.startswith("trace"):
+        mix = "trace"
+    else:
+        mix = TOKEN_MIXES[int(rng.integers(0, len(TOKEN_MIXES)))]
+    return ScenarioSpec(
+        name=f"{seed_set}-{index:03d}-{family}",
+        family=family,
+        seed=seed,
+        duration_s=duration_s,
+        target_peak_replicas=round(target, 2),
+        token_mix=mix,
+        plant=plant,
+    )
+
+
+def build_trace(spec: ScenarioSpec, base: Trace | None) -> Trace:
+    """The scenario's arrivals: its peak 1-minute rate ≈ target replicas × measured per-replica capacity."""
+    rng = np.random.default_rng(spec.seed + 7)
+    peak_rate = spec.target_peak_replicas * replica_capacity_per_s(spec.params())
+    if spec.family.startswith("trace"):
+        if base is None:
+            raise ValueError(f"{spec.name}: the shared trace is needed ({DEFAULT_TRACE})")
+        cut = fit_duration(base, spec.duration_s) if spec.duration_s < base.duration_s else base
+        k = peak_rate / max(cut.peak_rate_per_s(60.0), _EPS)
+        if spec.family == "trace-clone":
+            return scale_rate(cut, k, seed=spec.seed)
+        return superpose(cut, k, rng)
+    shape = rate_shape(spec.family, rng, spec.duration_s)
+    t = poisson_arrivals(rng, shape, peak_rate, spec.duration_s)
+    ctx, gen = draw_tokens(rng, spec.token_mix, len(t), base)
+    return Trace(
+        arrival_s=t,
+        context_tokens=ctx,
+        generated_tokens=gen,
+        duration_s=spec.duration_s,
+        name=spec.family,
+        description=(
+            f"{spec.family} (seed {spec.seed}), peak {peak_rate:.1f} req/s, tokens {spec.token_mix}"
+        ),
+    )
+
+
+# ---- the fixed-fleet frontier -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FleetPoint:
+    nodes: int
+    replicas: int
+    windows: float
+    gpu_hours: float
+
+
+Evaluate = Callable[[int], FleetPoint]
+
+
+class Frontier:
+    """Fixed fleets of whole nodes, each evaluated at most once (monotone attainment assumed)."""
+
+    def __init__(self, evaluate: Evaluate, max_nodes: int) -> None:
+        self._evaluate = evaluate
+        self.max_nodes = max_nodes
+        self.points: dict[int, FleetPoint] = {}
+
+    def at(self, nodes: int) -> FleetPoint:
+        if nodes not in self.points:
+            self.points[nodes] = self._evaluate(nodes)
+        return self.points[nodes]
+
+    def meets(self, nodes: int, goal: float) -> bool:
+        return self.at(nodes).windows >= goal - _EPS
+
+    def fewest_meeting(self, goal: float, guess: int = 1) -> FleetPoint | None:
+        """The fewest nodes whose attainment ≥ goal: gallop from `guess` (down or up), then bisect."""
+        probe = min(max(1, guess), self.max_nodes)
+        if self.meets(probe, goal):
+            good, bad, step = probe, 0, 1
+            while good - 1 > bad:
+                nxt = max(bad + 1, good - step)
+                if not self.meets(nxt, goal):
+                    bad = nxt
+                    break
+                good, step = nxt, step * 2
+        else:
+            bad, step = probe, 1
+            while True:
+                if bad >= self.max_nodes:
+                    return None
+                nxt = min(self.max_nodes, bad + step)
+                if self.meets(nxt, goal):
+                    good = nxt
+                    break
+                bad, step = nxt, step * 2
+        while good - bad > 1:
+            mid = (good + bad) // 2
+            if self.meets(mid, goal):
+                good = mid
+            else:
+                bad = mid
+        return self.at(good)
+
+    def affordable(self, gpu_hours: float, gpu_hours_per_node: float) -> FleetPoint | None:
+        """The largest fleet whose GPU-hours are ≤ `gpu_hours` (None if not even one node)."""
+        n = min(self.max_nodes, math.floor(gpu_hours / gpu_hours_per_node + 1e-9))
+        return self.at(n) if n >= 1 else None
+
+
+@dataclass(frozen=True)
+class Point:
+    """A policy or fleet reduced to what dominance compares."""
+
+    name: str
+    windows: float
+    gpu_hours: float
+
+
+def dominators(pp: Point, others: Iterable[Point]) -> list[Point]:
+    """Every point with no more GPU-hours and no less attainment than `pp`, strictly better in one."""
+    out = []
+    for o in others:
+        no_worse = o.gpu_hours <= pp.gpu_hours + _EPS and o.windows >= pp.windows - _EPS
+        strictly = o.gpu_hours < pp.gpu_hours - _EPS or o.windows > pp.windows + _EPS
+        if no_worse and strictly:
+            out.append(o)
+    return out
+
+
+# ---- one scenario -------------------------------------------------------------------------------
+
+
+def _summary(r: Result) -> dict[str, Any]:
+    return {
+        "windows": r.slo_attainment_windows,
+        "requests_in_slo": r.slo_attainment_requests,
+        "gpu_hours": r.gpu_hours,
+        "p99_ms": r.p99_ms if math.isfinite(r.p99_ms) else None,
+        "peak_replicas": r.peak_replicas,
+        "rejected": r.rejected_requests,
+        "requests": r.requests,
+        "wall_s": r.wall_s,
+    }
+
+
+def run_scenario(spec: ScenarioSpec, base: Trace | None, policies: Sequence[str]) -> dict[str, Any]:
+    """Run every policy and the frontier on one scenario; the JSON record the cache keeps."""
+    t0 = time.perf_counter()
+    trace = build_trace(spec, base)
+    params = prepare_params(trace, spec.params())
+    results = {name: _summary(run_policy(name, trace, params)) for name in policies}
+    per_node = params.replicas_per_node
+    hours = trace.duration_s / 3600.0
+
+    def evaluate(nodes: int) -> FleetPoint:
+        reps = min(params.max_replicas, nodes * per_node)
+        fleet = FixedController(reps, default_batching(params), name="fixed", interval_s=60.0)
+        r = simulate(trace, lambda _p: fleet, replace(params, initial_replicas=reps))
+        return FleetPoint(nodes, reps, r.slo_attainment_windows, r.gpu_hours)
+
+    frontier = Frontier(evaluate, params.max_nodes)
+    cap = replica_capacity_per_s(params)
+    guess = math.ceil(trace.peak_rate_per_s(60.0) / max(cap, _EPS) / per_node)
+    fleet99 = frontier.fewest_meeting(WINDOW_GOAL, guess)
+    record: dict[str, Any] = {
+        "spec": asdict(spec),
+        "description": trace.description,
+        "requests": len(trace),
+        "peak_rate_per_s": trace.peak_rate_per_s(60.0),
+        "results": results,
+    }
+    if POOLPILOT in results:
+        frontier.affordable(results[POOLPILOT]["gpu_hours"], params.gpus_per_node * hours)
+    record["frontier"] = [asdict(p) for _, p in sorted(frontier.points.items())]
+    record["fleet99"] = asdict(fleet99) if fleet99 else None
+    record["wall_s"] = time.perf_counter() - t0
+    return record
+
+
+def judge(record: dict[str, Any]) -> dict[str, Any]:
+    """Dominance and the ratio to the cheapest fixed fleet meeting 99 %, from a cached record."""
+    res = record["results"]
+    if POOLPILOT not in res:
+        return {"dominated": None, "dominated_by": [], "ratio": None, "pp_meets": None}
+    pp = Point(POOLPILOT, res[POOLPILOT]["windows"], res[POOLPILOT]["gpu_hours"])
+    others = [Point(n, r["windows"], r["gpu_hours"]) for n, r in res.items() if n in BASELINE_NAMES]
+    others += [Point(f"fixed-{f['nodes']}n", f["windows"], f["gpu_hours"]) for f in record["frontier"]]
+    dom = dominators(pp, others)
+    f99 = record["fleet99"]
+    ratio = pp.gpu_hours / f99["gpu_hours"] if f99 and f99["gpu_hours"] > 0 else None
+    return {
+        "dominated": bool(dom),
+        "dominated_by": [f"{d.name} ({d.windows:.1%}, {d.gpu_hours:.2f} GPU-h)" for d in dom],
+        "ratio": ratio,
+        "pp_meets": pp.windows >= WINDOW_GOAL - _EPS,
+    }
+
+
+def aggregate(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Fraction dominated; where a fixed fleet meets 99 %: PoolPilot's share meeting it, ratios."""
+    judged = [(r, judge(r)) for r in records]
+    judged = [(r, j) for r, j in judged if j["dominated"] is not None]
+    with_fleet = [(r, j) for r, j in judged if j["ratio"] is not None]
+    ratios = [float(j["ratio"]) for _, j in with_fleet]
+    return {
+        "scenarios": len(judged),
+        "dominated": sum(1 for _, j in judged if j["dominated"]),
+        "fraction_dominated": (sum(1 for _, j in judged if j["dominated"]) / len(judged)) if judged else None,
+        "with_fixed_fleet_99": len(with_fleet),
+        "fraction_pp_meets_99": (
+            sum(1 for _, j in with_fleet if j["pp_meets"]) / len(with_fleet) if with_fleet else None
+        ),
+        "median_ratio": statistics.median(ratios) if ratios else None,
+        "worst_ratio": max(ratios) if ratios else None,
+    }
+
+
+# ---- cache, parallel runs, report ---------------------------------------------------------------
+
+
+def cached(cache_dir: Path, spec: ScenarioSpec, policies: Sequence[str]) -> dict[str, Any] | None:
+    """The cached record of `spec` if it was run with the same spec and at least these policies."""
+    path = cache_dir / f"{spec.name}.json"
+    try:
+        rec: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if rec.get("spec") != json.loads(json.dumps(asdict(spec))) or not set(policies) <= set(rec["results"]):
+        return None
+    return rec
+
+
+_BASE: dict[str, Trace | None] = {}
+
+
+def _load_base(path: Path) -> Trace | None:
+    key = str(path)
+    if key not in _BASE:
+        _BASE[key] = load_azure_csv(path) if path.is_file() else None
+    return _BASE[key]
+
+
+def _worker(spec: ScenarioSpec, trace_path: str, policies: tuple[str, ...]) -> dict[str, Any]:
+    return run_scenario(spec, _load_base(Path(trace_path)), policies)
+
+
+def run_suite(
+    specs: Sequence[ScenarioSpec],
+    *,
+    cache_dir: Path,
+    trace_path: Path,
+    policies: Sequence[str],
+    jobs: int,
+    out: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    """Every scenario's record, from the cache or run (in `jobs` processes); a progress line each."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    records: dict[str, dict[str, Any]] = {}
+    todo = []
+    for s in specs:
+        rec = cached(cache_dir, s, policies)
+        if rec is None:
+            todo.append(s)
+        else:
+            records[s.name] = rec
+    out(
+        f"suite: {len(specs)} scenarios, {len(records)} cached in {cache_dir}, "
+        f"{len(todo)} to run, {jobs} jobs"
+    )
+    t0 = time.perf_counter()
+
+    def finish(rec: dict[str, Any]) -> None:
+        name = rec["spec"]["name"]
+        records[name] = rec
+        (cache_dir / f"{name}.json").write_text(json.dumps(rec, indent=1), encoding="utf-8")
+        done = len(records)
+        el = time.perf_counter() - t0
+        ran = done - (len(specs) - len(todo))
+        eta = el / ran * (len(specs) - done) if ran else math.nan
+        j = judge(rec)
+        pp = rec["results"].get(POOLPILOT, {})
+        ratio = f"{j['ratio']:.2f}" if j["ratio"] is not None else "—"
+        out(
+            f"[{done}/{len(specs)}] {name}: PoolPilot {pp.get('windows', math.nan):.1%} "
+            f"{pp.get('gpu_hours', math.nan):.2f} GPU-h, ÷ fleet99 {ratio}, "
+            f"{'DOMINATED' if j['dominated'] else 'not dominated'} ({rec['wall_s']:.0f} s; "
+            f"elapsed {el:.0f} s, eta {eta:.0f} s)"
+        )
+
+    pol = tuple(policies)
+    if jobs <= 1:
+        base = _load_base(trace_path)
+        for s in todo:
+            finish(run_scenario(s, base, pol))
+    elif todo:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(_worker, s, str(trace_path), pol) for s in todo]
+            for fut in as_completed(futures):
+                finish(fut.result())
+    return [records[s.name] for s in specs]
+
+
+def default_policies() -> tuple[str, ...]:
+    return (POOLPILOT, *BASELINE_NAMES, ORACLE)
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+
+
+def markdown(records: Sequence[dict[str, Any]], seed_set: str, wall_s: float) -> str:
+    """The suite as Markdown: aggregate, per family, and one row per scenario."""
+    agg = aggregate(records)
+    parts = [
+        f"# Generalization suite ({seed_set} seeds)\n\n",
+        f"{agg['scenarios']} scenarios; wall time {wall_s:.0f} s (cached scenarios cost nothing).\n\n",
+        f"- PoolPilot dominated: **{agg['dominated']} / {agg['scenarios']}** "
+        f"({_fmt(agg['fraction_dominated'], '.1%')})\n",
+        f"- scenarios where a fixed fleet within max meets 99 % of windows: {agg['with_fixed_fleet_99']}; "
+        f"PoolPilot meets 99 % in {_fmt(agg['fraction_pp_meets_99'], '.1%')} of them\n",
+        f"- PoolPilot GPU-h ÷ cheapest fixed fleet meeting 99 %: median {_fmt(agg['median_ratio'], '.3f')}, "
+        f"worst {_fmt(agg['worst_ratio'], '.3f')}\n\n## Per family\n\n",
+        "| family | scenarios | dominated | PoolPilot ≥ 99 % (of those with a fleet) "
+        "| median ratio | worst |\n",
+        "|---|---|---|---|---|---|\n",
+    ]
+    for fam in FAMILIES:
+        rs = [r for r in records if r["spec"]["family"] == fam]
+        if not rs:
+            continue
+        a = aggregate(rs)
+        parts.append(
+            f"| {fam} | {a['scenarios']} | {a['dominated']} | "
+            f"{_fmt(a['fraction_pp_meets_99'], '.0%')} of {a['with_fixed_fleet_99']} | "
+            f"{_fmt(a['median_ratio'], '.3f')} | {_fmt(a['worst_ratio'], '.3f')} |\n"
+        )
+    names = [n for n in default_policies() if any(n in r["results"] for r in records)]
+    parts.append(
+        "\n## Per scenario\n\nwindows in SLO / GPU-hours per policy; `fleet99` = the fewest whole nodes "
+        "meeting 99 % of windows (Triton default batching).\n\n"
+        "| scenario | peak target | SLO ms | "
+        + " | ".join(names)
+        + " | fleet99 | ratio | dominated by |\n|"
+        + "---|" * (len(names) + 6)
+        + "\n"
+    )
+    for r in records:
+        j = judge(r)
+        s = r["spec"]
+        cells = []
+        for n in names:
+            x = r["results"].get(n)
+            cells.append(f"{x['windows']:.1%} / {x['gpu_hours']:.1f}" if x else "—")
+        f99 = r["fleet99"]
+        f99_text = f"{f99['nodes']} n: {f99['windows']:.1%} / {f99['gpu_hours']:.1f}" if f99 else "none"
+        parts.append(
+            f"| {s['name']} | {s['target_peak_replicas']:.0f} | {s['plant']['slo_ms']:.0f} | "
+            + " | ".join(cells)
+            + f" | {f99_text} | {_fmt(j['ratio'], '.2f')} | {'; '.join(j['dominated_by']) or '—'} |\n"
+        )
+    return "".join(parts)
+
+
+def main(args: Any) -> int:
+    """Entry point of `poolpilot bench --suite generalize`."""
+    if args.count < 1:
+        print("poolpilot bench: error: --count must be >= 1", file=sys.stderr)
+        return 2
+    if not args.duration > 0:
+        print("poolpilot bench: error: --duration must be > 0", file=sys.stderr)
+        return 2
+    jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
+    if jobs < 1:
+        print("poolpilot bench: error: --jobs must be >= 1", file=sys.stderr)
+        return 2
+    specs = [draw_spec(args.seeds, i, args.duration) for i in range(args.count)]
+    cache_dir = args.cache_dir or Path(f"suite-cache/{args.seeds}-{args.duration:g}s")
+    t0 = time.perf_counter()
+
+    def out(line: str) -> None:
+        print(line, flush=True)
+
+    if getattr(args, "report_only", False):
+        found = [cached(cache_dir, s, default_policies()) for s in specs]
+        records = [r for r in found if r is not None]
+        missing = [s.name for s, r in zip(specs, found, strict=True) if r is None]
+        out(
+            f"report from {len(records)} cached scenarios in {cache_dir}; "
+            f"not run: {', '.join(missing) or 'none'}"
+        )
+    else:
+        records = run_suite(
+            specs,
+            cache_dir=cache_dir,
+            trace_path=args.trace,
+            policies=default_policies(),
+            jobs=jobs,
+            out=out,
+        )
+    wall = time.perf_counter() - t0
+    agg = aggregate(records)
+    out(
+        f"== {args.seeds} seeds: dominated {agg['dominated']}/{agg['scenarios']}; "
+        f"PoolPilot ≥ 99 % in {_fmt(agg['fraction_pp_meets_99'], '.1%')} of {agg['with_fixed_fleet_99']} "
+        f"scenarios with a fixed fleet meeting 99 %; GPU-h ratio median {_fmt(agg['median_ratio'], '.3f')}, "
+        f"worst {_fmt(agg['worst_ratio'], '.3f')}"
+    )
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        doc = {"seeds": args.seeds, "aggregate": agg,
+               "scenarios": [{**r, "judgement": judge(r)} for r in records]}  # fmt: skip
+        args.json.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+        out(f"wrote {args.json}")
+    if args.markdown:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(markdown(records, args.seeds, wall), encoding="utf-8")
+        out(f"wrote {args.markdown}")
+    return 0

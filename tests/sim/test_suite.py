@@ -1,0 +1,141 @@
+"""The generalization suite's pieces: frontier, dominance, drawing, superposition, cache."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from poolpilot.sim import suite
+from poolpilot.sim.suite import FleetPoint, Frontier, Point, dominators, draw_spec, judge
+from poolpilot.sim.suite_load import SHAPES, rate_shape, superpose
+from poolpilot.sim.traces import Trace
+
+
+def _step_frontier(threshold: int, max_nodes: int) -> tuple[Frontier, list[int]]:
+    calls: list[int] = []
+
+    def evaluate(n: int) -> FleetPoint:
+        calls.append(n)
+        return FleetPoint(n, 8 * n, 1.0 if n >= threshold else 0.5 + n / 1000, float(8 * n))
+
+    return Frontier(evaluate, max_nodes), calls
+
+
+@pytest.mark.parametrize("threshold", [1, 2, 7, 30, 63, 64])
+@pytest.mark.parametrize("guess", [1, 5, 64])
+def test_frontier_finds_the_fewest_nodes_meeting_the_goal(threshold: int, guess: int) -> None:
+    f, calls = _step_frontier(threshold, 64)
+    p = f.fewest_meeting(0.99, guess)
+    assert p is not None and p.nodes == threshold
+    assert len(calls) == len(set(calls)), "a fleet was evaluated twice"
+    assert len(calls) <= 2 * 7 + 2  # logarithmic, not a scan of 64
+
+
+def test_frontier_says_none_when_max_nodes_miss() -> None:
+    f, _ = _step_frontier(100, 64)
+    assert f.fewest_meeting(0.99, 10) is None
+
+
+def test_frontier_on_a_tiny_real_case() -> None:
+    """Engine runs: the bisection's answer meets 99 % and one node fewer does not."""
+    spec = replace(draw_spec("dev", 3, 300.0), target_peak_replicas=20.0)  # diurnal family
+    trace = suite.build_trace(spec, None)
+    rec = suite.run_scenario(spec, None, ())
+    f99 = rec["fleet99"]
+    assert f99 is not None and f99["windows"] >= 0.99
+    below = {p["nodes"]: p for p in rec["frontier"]}.get(f99["nodes"] - 1)
+    if f99["nodes"] > 1:
+        assert below is not None and below["windows"] < 0.99
+    assert rec["requests"] == len(trace)
+
+
+def test_dominance() -> None:
+    pp = Point("poolpilot", 0.95, 10.0)
+    cases = {
+        "cheaper-same": Point("a", 0.95, 9.0),
+        "same-better": Point("b", 0.97, 10.0),
+        "equal": Point("c", 0.95, 10.0),
+        "cheaper-worse": Point("d", 0.90, 5.0),
+        "dearer-better": Point("e", 1.0, 11.0),
+    }
+    got = {p.name for p in dominators(pp, cases.values())}
+    assert got == {"a", "b"}
+
+
+def test_judge_uses_baselines_and_frontier() -> None:
+    rec: dict[str, Any] = {
+        "results": {
+            "poolpilot": {"windows": 0.97, "gpu_hours": 12.0},
+            "hpa": {"windows": 0.9, "gpu_hours": 8.0},
+            "oracle": {"windows": 1.0, "gpu_hours": 4.0},  # a bound, never a dominator
+        },
+        "frontier": [
+            {"nodes": 1, "replicas": 8, "windows": 0.98, "gpu_hours": 8.0},
+            {"nodes": 2, "replicas": 16, "windows": 1.0, "gpu_hours": 16.0},
+        ],
+        "fleet99": {"nodes": 2, "replicas": 16, "windows": 1.0, "gpu_hours": 16.0},
+    }
+    j = judge(rec)
+    assert j["dominated"] and j["dominated_by"][0].startswith("fixed-1n")
+    assert j["ratio"] == pytest.approx(12.0 / 16.0)
+    assert j["pp_meets"] is False
+
+
+def test_specs_are_seeded_and_dev_heldout_disjoint() -> None:
+    a = [draw_spec("dev", i, 3600.0) for i in range(40)]
+    assert a == [draw_spec("dev", i, 3600.0) for i in range(40)]
+    b = [draw_spec("heldout", i, 3600.0) for i in range(40)]
+    assert not {s.seed for s in a} & {s.seed for s in b}
+    assert {s.family for s in a} == set(suite.FAMILIES)
+    for s in a:
+        p = s.params()
+        assert 20 <= p.batch_latency_a_ms <= 80 and 0.5 <= p.batch_latency_b_ms <= 4
+        assert 120 <= p.node_provisioning_s <= 600 and 20 <= p.pod_start_s <= 120
+        assert 100 <= p.slo_ms <= 500 and 3 <= s.target_peak_replicas <= 300
+    with pytest.raises(ValueError, match="--seeds"):
+        draw_spec("test", 0, 60.0)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_shapes_peak_at_one(shape: str) -> None:
+    f = rate_shape(shape, np.random.default_rng(1), 3600.0)
+    v = f(np.linspace(0, 3600, 4097))
+    assert v.max() == pytest.approx(1.0) and v.min() >= 0
+
+
+def test_superpose_keeps_count_and_makes_no_twins() -> None:
+    rng = np.random.default_rng(0)
+    t = np.sort(rng.random(2000) * 600)
+    tr = Trace(t, np.arange(2000, dtype=np.int64), np.ones(2000, dtype=np.int64), 600.0, "x", "x")
+    s = superpose(tr, 3.5, np.random.default_rng(1))
+    assert 6800 < len(s) < 7200
+    assert len(np.unique(s.arrival_s)) == len(s)
+    assert float(s.arrival_s.max()) < 600.0
+
+
+def test_suite_resumes_from_its_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    specs = [replace(draw_spec("dev", i, 120.0), target_peak_replicas=4.0) for i in (2, 3)]
+    lines: list[str] = []
+    kw: dict[str, Any] = dict(
+        cache_dir=tmp_path, trace_path=tmp_path / "none.csv", policies=("poolpilot",), jobs=1
+    )
+    first = suite.run_suite(specs, out=lines.append, **kw)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{s.name}.json" for s in specs)
+    assert any(line.startswith("[2/2]") for line in lines)
+
+    def boom(*_a: Any) -> Any:
+        raise AssertionError("a cached scenario ran again")
+
+    monkeypatch.setattr(suite, "run_scenario", boom)
+    again = suite.run_suite(specs, out=lines.append, **kw)
+    assert [r["results"] for r in again] == [r["results"] for r in first]
+    # a changed spec is not served from the cache
+    changed = [replace(specs[0], target_peak_replicas=5.0)]
+    with pytest.raises(AssertionError, match="ran again"):
+        suite.run_suite(changed, out=lines.append, **kw)
+    assert json.loads((tmp_path / f"{specs[0].name}.json").read_text())["spec"]["target_peak_replicas"] == 4.0
