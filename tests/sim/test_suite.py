@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from poolpilot.loads import Trace
 from poolpilot.sim import suite
 from poolpilot.sim.suite import FleetPoint, Frontier, Point, dominators, draw_spec, judge
 from poolpilot.sim.suite_load import SHAPES, rate_shape, superpose
-from poolpilot.sim.traces import Trace
 
 
 def _step_frontier(threshold: int, max_nodes: int) -> tuple[Frontier, list[int]]:

@@ -42,13 +42,13 @@ from typing import Any
 
 import numpy as np
 
+from poolpilot.loads import DEFAULT_TRACE, Trace, fit_duration, load_azure_csv, scale_rate
 from poolpilot.sim.controllers import FixedController
 from poolpilot.sim.engine import default_batching
 from poolpilot.sim.params import SimParams
 from poolpilot.sim.registry import BASELINE_NAMES, ORACLE, run_policy
 from poolpilot.sim.run import Result, prepare_params, replica_capacity_per_s, simulate
 from poolpilot.sim.suite_load import TOKEN_MIXES, draw_tokens, poisson_arrivals, rate_shape, superpose
-from poolpilot.sim.traces import DEFAULT_TRACE, Trace, fit_duration, load_azure_csv, scale_rate
 
 POOLPILOT = "poolpilot"
 WINDOW_GOAL = 0.99

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from poolpilot.sim.traces import FloatArray, IntArray, Trace
+from poolpilot.loads import FloatArray, IntArray, Trace
 
 RateShape = Callable[[FloatArray], FloatArray]
 
