@@ -96,7 +96,8 @@ def test_an_auto_pool_follows_a_3x_step_through_the_service(sandbox: Sandbox) ->
     wait_for(lambda: len(ready_pods(box)) == 2, "2 Ready pods on a kwok GPU node", box, 120)
 
     pool = example("40-inferencepool.yaml")
-    pool["spec"]["slo"] = {"latencyTargetMs": OBJECTIVE_MS}
+    # Headroom for a shared 2-core host: the executors' latency also holds CPU queueing the model cannot see.
+    pool["spec"]["slo"] = {"latencyTargetMs": OBJECTIVE_MS, "marginRatio": 0.25}
     pool["spec"]["tickSeconds"] = 5
     pool["spec"]["replicas"] = {"min": 1, "max": 16, "scaleDownStabilizationSeconds": STABILISATION_S}
     apply(box, pool)
