@@ -41,9 +41,11 @@ import tritonclient.http.aio as triton_aio
 from poolpilot import loadgen
 from poolpilot.loadgen import schedule as loadgen_schedule
 from poolpilot.loadgen.schedule import Arrival
-from poolpilot.testing.prometheus import ExecutorProcess, free_port, write_emulated_model
+from poolpilot.sandbox.executor import ExecutorProcess, write_emulated_model
+from poolpilot.sandbox.processes import free_port
 
 MODEL = "bench"
+_SUMMARIES = ("--metrics-config", "summary_latencies=true")
 
 
 @dataclass(frozen=True)
@@ -272,12 +274,13 @@ def main() -> int:
             latency_ms=args.curve,
             max_batch_size=args.max_batch_size,
             max_queue_delay_us=args.delay_us,
-            instances=args.instances,
+            instance_count=args.instances,
         )
         ctx = multiprocessing.get_context("spawn")
-        with ExecutorProcess(repo, [MODEL]) as proc, ctx.Pool(args.loadgen_procs) as pool:
-            assert proc._proc is not None
-            pid = proc._proc.pid
+        executor = ExecutorProcess(repo, [MODEL], extra_args=_SUMMARIES)
+        with executor as proc, ctx.Pool(args.loadgen_procs) as pool:
+            assert proc.process is not None
+            pid = proc.process.pid
             print(
                 f"executor pid {pid}; curve {args.curve[0]} + {args.curve[1]}·b ms, max_batch_size "
                 f"{args.max_batch_size}, delay {args.delay_us} µs, {args.instances} instances; "

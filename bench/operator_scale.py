@@ -27,9 +27,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from poolpilot.testing import chart
-from poolpilot.testing.controlplane import ControlPlane, free_port
-from poolpilot.testing.prometheus import PrometheusServer
+from poolpilot.sandbox import chart
+from poolpilot.sandbox.controlplane import ControlPlane
+from poolpilot.sandbox.processes import free_port
+from poolpilot.sandbox.prometheus import PrometheusServer
 
 REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "pp-bench"

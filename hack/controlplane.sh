@@ -5,4 +5,4 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PYTHONPATH="$root/operator${PYTHONPATH:+:$PYTHONPATH}"
-exec "${PYTHON:-python3}" -m poolpilot.testing.controlplane "$@"
+exec "${PYTHON:-python3}" -m poolpilot.sandbox.controlplane "$@"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from poolpilot.testing.controlplane import ControlPlane
+from poolpilot.sandbox.controlplane import ControlPlane
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "poolpilot"

@@ -15,7 +15,7 @@ from lupa import LuaRuntime
 
 from poolpilot.backends.kube import ObjectRef
 from poolpilot.backends.workloads import KubernetesWorkloads
-from poolpilot.testing.controlplane import ControlPlane
+from poolpilot.sandbox.controlplane import ControlPlane
 
 REPO = Path(__file__).resolve().parents[1]
 GITOPS = REPO / "docs" / "examples" / "gitops"

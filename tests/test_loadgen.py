@@ -19,7 +19,7 @@ from poolpilot import loadgen, loads
 from poolpilot.loadgen import schedule as loadgen_schedule
 from poolpilot.loadgen.schedule import Arrival
 from poolpilot.loads import LoadError
-from poolpilot.testing.prometheus import ExecutorProcess, write_emulated_model
+from poolpilot.sandbox.executor import ExecutorProcess, write_emulated_model
 
 TRACE = Path("/work/shared/traces/AzureLLMInferenceTrace_conv.csv")
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -186,10 +186,10 @@ def test_cli_rejects_bad_url_with_exit_code_2(capsys: pytest.CaptureFixture[str]
 def emu_repo(tmp_path: Path) -> Path:
     repo = tmp_path / "models"
     write_emulated_model(
-        repo, "fast", latency_ms=(2.0, 0.1), max_batch_size=8, max_queue_delay_us=500, instances=2
+        repo, "fast", latency_ms=(2.0, 0.1), max_batch_size=8, max_queue_delay_us=500, instance_count=2
     )
     # One request at a time, 150 ms each: answers come far slower than requests are sent.
-    write_emulated_model(repo, "slow", latency_ms=(150.0, 0.0), max_batch_size=1, instances=1)
+    write_emulated_model(repo, "slow", latency_ms=(150.0, 0.0), max_batch_size=1, max_queue_delay_us=0)
     return repo
 
 
@@ -284,7 +284,7 @@ async def test_failures_are_counted_by_status(emu_repo: Path, executor_process) 
 
 
 def _closed_port() -> int:
-    from poolpilot.testing.prometheus import free_port
+    from poolpilot.sandbox.processes import free_port
 
     return free_port()
 

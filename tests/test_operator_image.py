@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from poolpilot.testing import chart
-from poolpilot.testing.controlplane import ControlPlane, free_port
+from poolpilot.sandbox import chart
+from poolpilot.sandbox.controlplane import ControlPlane
+from poolpilot.sandbox.processes import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGE = REPO / "operator_image"

@@ -19,7 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("poolpilot.sim.bench", "benchmark PoolPilot against HPA, KEDA, KPA, AIMD, static and oracle"),
     "loadgen": ("poolpilot.loadgen", "replay a trace open-loop against Triton-protocol servers"),
     "recommend": ("poolpilot.recommend", "print an InferencePool's recommendation as a patch to commit"),
-    "sandbox": ("poolpilot.sandbox", "a local cluster with running Triton pods: up, down, preempt NODE"),
+    "sandbox": ("poolpilot.sandbox.cli", "a local cluster with running Triton pods: up, down, preempt NODE"),
 }
 
 

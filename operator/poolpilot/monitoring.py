@@ -47,7 +47,7 @@ def pod_scrape_config(*, http_sd_url: str | None = None, interval_s: float | Non
     """The Prometheus scrape job for Triton pods: Kubernetes pod discovery and the labelling contract.
 
     `http_sd_url` replaces `kubernetes_sd_configs` with an HTTP SD endpoint serving the same
-    `__meta_kubernetes_*` labels (the sandbox's `poolpilot.testing.poddiscovery`: Debian's Prometheus is built
+    `__meta_kubernetes_*` labels (the sandbox's `poolpilot.sandbox.poddiscovery`: Debian's Prometheus is built
     without Kubernetes discovery); the relabelling is the same either way.
     """
     job: dict[str, Any] = {"job_name": "triton-pods"}

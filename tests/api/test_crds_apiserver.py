@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from poolpilot.api import crdgen, types, validation
-from poolpilot.testing.controlplane import ControlPlane
+from poolpilot.sandbox.controlplane import ControlPlane
 
 pytestmark = pytest.mark.cluster
 

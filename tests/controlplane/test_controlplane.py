@@ -18,8 +18,8 @@ from typing import Any
 import kubernetes.client
 import pytest
 
-from poolpilot.testing import controlplane
-from poolpilot.testing.controlplane import Binaries, ControlPlane, ControlPlaneError, find_binaries
+from poolpilot.sandbox import controlplane
+from poolpilot.sandbox.controlplane import Binaries, ControlPlane, ControlPlaneError, find_binaries
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 60.0) -> Any:

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from poolpilot.testing.controlplane import KWOK_NODE_ANNOTATION, KWOK_POD_CIDR, ControlPlane
+from poolpilot.sandbox.controlplane import KWOK_NODE_ANNOTATION, KWOK_POD_CIDR, ControlPlane
 
 pytestmark = pytest.mark.cluster
 T = TypeVar("T")
@@ -196,8 +196,8 @@ def test_triton_pods_run_as_executors_at_their_pod_ips_and_report_readiness(
 ) -> None:
     import tritonclient.http as triton_http
 
-    from poolpilot.testing.podrunner import REPOSITORY_ANNOTATION, PodRunner
-    from poolpilot.testing.prometheus import write_emulated_model
+    from poolpilot.sandbox.executor import write_emulated_model
+    from poolpilot.sandbox.podrunner import REPOSITORY_ANNOTATION, PodRunner
 
     cp = cluster
     ns = "runner"
@@ -297,8 +297,8 @@ def _prometheus_discovers_the_pods(cp: ControlPlane, ns: str, tmp_path: Path) ->
     """The real Prometheus, with the one pod scrape config (pod discovery from this apiserver, served over
     HTTP SD: Debian's build lacks Kubernetes SD), finds both pods and labels them `pool` and `namespace`."""
     from poolpilot import monitoring
-    from poolpilot.testing.poddiscovery import PodDiscovery
-    from poolpilot.testing.prometheus import PrometheusServer
+    from poolpilot.sandbox.poddiscovery import PodDiscovery
+    from poolpilot.sandbox.prometheus import PrometheusServer
 
     (tmp_path / "prom").mkdir()
     with cp.api_client() as client:

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import tritonclient.http as httpclient
 
-from poolpilot.executor.testing import ExecutorProcess, running_executor, write_emulated_model
-from poolpilot.testing.controlplane import ControlPlane
+from poolpilot.sandbox.controlplane import ControlPlane
+from poolpilot.sandbox.executor import ExecutorProcess, running_executor, write_emulated_model
 
 pytestmark = pytest.mark.cluster
 
@@ -76,8 +76,8 @@ def test_service_routing_follows_endpoint_readiness(
     cp, ns = control_plane, namespace
     repo = tmp_path / "models"
     write_emulated_model(repo, "emu", latency_ms=(5.0, 0.1), dynamic_batching={})
-    host = ("--host", _local_address())
-    with running_executor(repo, extra_args=host) as a, running_executor(repo, extra_args=host) as b:
+    host = _local_address()
+    with running_executor(repo, host=host) as a, running_executor(repo, host=host) as b:
         service = {
             "apiVersion": "v1",
             "kind": "Service",

@@ -18,7 +18,7 @@ import tritonclient.http as httpclient
 import tritonclient.http.aio as aioclient
 from tritonclient.utils import InferenceServerException
 
-from poolpilot.executor.testing import ExecutorProcess, running_executor, write_emulated_model
+from poolpilot.sandbox.executor import ExecutorProcess, running_executor, write_emulated_model
 
 
 @pytest.fixture(scope="module")

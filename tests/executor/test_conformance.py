@@ -25,7 +25,7 @@ import tritonclient.http.aio as aioclient
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
-from poolpilot.executor.testing import ExecutorProcess, running_executor, write_emulated_model
+from poolpilot.sandbox.executor import ExecutorProcess, running_executor, write_emulated_model
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 POOLNET_DIR = REPO_ROOT / "executor_image" / "model_repository" / "poolnet"

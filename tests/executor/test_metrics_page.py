@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from poolpilot.executor.metrics import MetricsSettings
-from poolpilot.executor.testing import ExecutorProcess, running_executor, write_emulated_model
+from poolpilot.sandbox.executor import ExecutorProcess, running_executor, write_emulated_model
 
 COUNTERS = [
     "nv_inference_request_success",

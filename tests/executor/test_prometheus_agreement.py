@@ -19,11 +19,8 @@ import tritonclient.http.aio as triton_aio
 
 from poolpilot import loadgen
 from poolpilot.loadgen import schedule as loadgen_schedule
-from poolpilot.testing.prometheus import (
-    ExecutorProcess,
-    PrometheusServer,
-    write_emulated_model,
-)
+from poolpilot.sandbox.executor import ExecutorProcess, write_emulated_model
+from poolpilot.sandbox.prometheus import PrometheusServer
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 
@@ -84,7 +81,7 @@ def test_metrics_page_parses_with_prometheus_client(tmp_path: Path, executor_pro
     import urllib.request
 
     repo = tmp_path / "models"
-    write_emulated_model(repo, MODEL, latency_ms=(1.0, 0.1))
+    write_emulated_model(repo, MODEL, latency_ms=(1.0, 0.1), max_queue_delay_us=0)
     proc: ExecutorProcess = executor_process(repo, [MODEL])
     with urllib.request.urlopen(f"http://{proc.metrics_target}/metrics", timeout=5) as resp:
         text = resp.read().decode()

@@ -20,11 +20,8 @@ import tritonclient.http.aio as triton_aio
 
 from poolpilot import loadgen
 from poolpilot.loadgen import schedule as loadgen_schedule
-from poolpilot.testing.prometheus import (
-    ExecutorProcess,
-    PrometheusServer,
-    write_emulated_model,
-)
+from poolpilot.sandbox.executor import ExecutorProcess, write_emulated_model
+from poolpilot.sandbox.prometheus import PrometheusServer
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from poolpilot.executor.metrics import TOKENS_COUNTER
-from poolpilot.executor.testing import running_executor
+from poolpilot.sandbox.executor import running_executor
 
 
 def _tokens_counter(metrics_url: str) -> dict[str, float]:

@@ -17,8 +17,8 @@ from poolpilot.backends.pods import FakePods, PodInfo
 from poolpilot.backends.workloads import FakeWorkloads, Scale
 from poolpilot.reconcile.inferencepool import Services
 from poolpilot.reconcile.signals import SignalCache
+from poolpilot.sandbox.prometheus import PrometheusServer, find_binary
 from poolpilot.settings import OperatorSettings
-from poolpilot.testing.prometheus import PrometheusServer, find_binary
 
 _uids = itertools.count(1)
 

@@ -13,7 +13,7 @@ from poolpilot.backends.kube import KubernetesCluster, ObjectRef
 from poolpilot.backends.nodepools import registry
 from poolpilot.backends.nodepools.base import ProviderContext
 from poolpilot.backends.workloads import KubernetesWorkloads
-from poolpilot.testing.controlplane import ControlPlane
+from poolpilot.sandbox.controlplane import ControlPlane
 
 pytestmark = pytest.mark.cluster
 

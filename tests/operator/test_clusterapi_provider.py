@@ -13,7 +13,7 @@ import pytest
 from poolpilot.api import types as api
 from poolpilot.backends.nodepools import registry
 from poolpilot.backends.nodepools.base import ProviderContext, ProviderError
-from poolpilot.testing.controlplane import ControlPlane
+from poolpilot.sandbox.controlplane import ControlPlane
 
 pytestmark = pytest.mark.cluster
 

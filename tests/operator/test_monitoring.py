@@ -17,7 +17,8 @@ from tests.operator.conftest import PoolLabelledPrometheus
 from poolpilot import loadgen, monitoring
 from poolpilot.loadgen import schedule as loadgen_schedule
 from poolpilot.reconcile import telemetry
-from poolpilot.testing.prometheus import ExecutorProcess, find_binary, write_emulated_model
+from poolpilot.sandbox.executor import ExecutorProcess, write_emulated_model
+from poolpilot.sandbox.prometheus import find_binary
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "poolpilot"
@@ -34,7 +35,7 @@ def test_the_documented_scrape_config_and_the_podmonitor_are_the_generated_ones(
     assert (REPO / monitoring.SCRAPE_DOC).read_text() == monitoring.scrape_doc()
     import subprocess
 
-    from poolpilot.testing.chart import helm_binary
+    from poolpilot.sandbox.chart import helm_binary
 
     out = subprocess.run(
         [str(helm_binary()), "template", "pp", str(CHART), "--set", "podMonitor.enabled=true"],

@@ -20,9 +20,10 @@ import pytest
 
 from poolpilot import loadgen
 from poolpilot.loadgen import schedule as loadgen_schedule
-from poolpilot.testing import chart
-from poolpilot.testing.controlplane import ControlPlane, free_port
-from poolpilot.testing.prometheus import ExecutorProcess, write_emulated_model
+from poolpilot.sandbox import chart
+from poolpilot.sandbox.controlplane import ControlPlane
+from poolpilot.sandbox.executor import ExecutorProcess, write_emulated_model
+from poolpilot.sandbox.processes import free_port
 
 pytestmark = pytest.mark.cluster
 

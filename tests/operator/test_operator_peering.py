@@ -12,8 +12,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from poolpilot.testing import chart
-from poolpilot.testing.controlplane import ControlPlane, free_port
+from poolpilot.sandbox import chart
+from poolpilot.sandbox.controlplane import ControlPlane
+from poolpilot.sandbox.processes import free_port
 
 pytestmark = pytest.mark.cluster
 

@@ -21,12 +21,9 @@ from poolpilot.backends.metrics import queries
 from poolpilot.backends.metrics.base import PoolKey
 from poolpilot.backends.metrics.prometheus import PrometheusSource
 from poolpilot.loadgen import schedule as loadgen_schedule
+from poolpilot.sandbox.executor import ExecutorProcess, write_emulated_model
+from poolpilot.sandbox.prometheus import PrometheusServer
 from poolpilot.settings import PrometheusSettings
-from poolpilot.testing.prometheus import (
-    ExecutorProcess,
-    PrometheusServer,
-    write_emulated_model,
-)
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 

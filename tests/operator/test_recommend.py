@@ -15,7 +15,7 @@ import yaml
 from poolpilot.backends.batching import batching_of
 from poolpilot.policy.types import BatchingConfig
 from poolpilot.recommend import NoRecommendation, recommendation, render
-from poolpilot.testing.controlplane import ControlPlane
+from poolpilot.sandbox.controlplane import ControlPlane
 from poolpilot.triton.config import parse_pbtxt
 
 REPO = Path(__file__).resolve().parents[2]

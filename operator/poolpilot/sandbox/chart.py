@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from poolpilot.testing.controlplane import ControlPlane, cache_root
+from poolpilot.sandbox.controlplane import ControlPlane, cache_root
 
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "poolpilot"

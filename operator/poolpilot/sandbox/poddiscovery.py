@@ -17,7 +17,7 @@ import re
 import threading
 from typing import Any
 
-from poolpilot.testing.controlplane import free_port
+from poolpilot.sandbox.processes import free_port
 
 _INVALID = re.compile(r"[^a-zA-Z0-9_]")
 

@@ -6,11 +6,7 @@ continuity across model reloads); a fake would only echo our own assumptions. Th
 TSDB, scraping static loopback targets every ``scrape_interval_s``, waits for ``/-/ready``, and
 stops it on teardown. Queries use the HTTP API through the standard library (no extra client).
 
-It also holds the things Prometheus tests scrape: :class:`ExecutorProcess` (a ``poolpilot-executor``
-subprocess on free loopback ports, readiness checked with ``tritonclient``), the ``executor_process``
-fixture factory, and :func:`write_emulated_model` (an emulated-curve model repository entry).
-
-Pytest: ``prometheus`` is a fixture *factory*::
+The pytest fixture factory ``prometheus`` (tests/conftest.py) wraps it::
 
     def test_x(prometheus):
         prom = prometheus({"executor": ["127.0.0.1:8002"]}, scrape_interval_s=1.0)
@@ -25,47 +21,26 @@ import json
 import math
 import os
 import shutil
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-import pytest
 import yaml
+
+from poolpilot.sandbox.processes import free_port, terminate
 
 DEFAULT_BINARY: Final = "prometheus"
 INSTALL_HINT: Final = "install it with `apt-get install -y prometheus` (only /usr/bin/prometheus is used)"
 
 
-def terminate(proc: subprocess.Popen[bytes] | subprocess.Popen[str] | None, grace_s: float = 10) -> None:
-    """SIGTERM a child, SIGKILL it if it has not exited after `grace_s`; no-op if gone already."""
-    if proc is None or proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=grace_s)
-
-
 class PrometheusError(RuntimeError):
     """Prometheus did not start, or a query failed; the message carries the server's words."""
-
-
-def free_port() -> int:
-    """A TCP port free on loopback right now (the usual small race applies)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def find_binary(binary: str | None = None) -> str | None:
@@ -282,167 +257,3 @@ def _duration(seconds: float) -> str:
     """Prometheus duration string with millisecond precision ("1s", "250ms")."""
     ms = max(1, round(seconds * 1000))
     return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
-
-
-@pytest.fixture()
-def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., PrometheusServer]]:
-    """Factory fixture: ``prometheus(targets, scrape_interval_s=1.0) -> PrometheusServer`` (started).
-
-    Every server started through it is stopped at teardown. Without the binary the test is skipped
-    with the install hint, except under CI (``CI`` set), where a missing binary is a failure.
-    """
-    if find_binary() is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"prometheus binary not found; {INSTALL_HINT}")
-        pytest.skip(f"prometheus binary not found; {INSTALL_HINT}")
-    started: list[PrometheusServer] = []
-
-    def start(targets: Mapping[str, Sequence[str]], *, scrape_interval_s: float = 1.0) -> PrometheusServer:
-        server = PrometheusServer(
-            targets, scrape_interval_s=scrape_interval_s, workdir=tmp_path_factory.mktemp("prometheus")
-        )
-        started.append(server)
-        return server.start()
-
-    yield start
-    for server in reversed(started):
-        server.stop()
-
-
-# ---- scrape targets: CPU executor processes --------------------------------------------------
-
-
-class ExecutorProcess:
-    """A ``poolpilot-executor`` subprocess on loopback (HTTP + metrics ports), for end-to-end tests.
-
-    Lives here because every Prometheus test needs something real to scrape. Readiness is checked
-    with ``tritonclient`` (never hand-rolled HTTP), as for any Triton server.
-    """
-
-    def __init__(
-        self,
-        repository: str | Path,
-        models: Sequence[str],
-        *,
-        extra_args: Sequence[str] = (),
-        log_path: str | Path | None = None,
-    ) -> None:
-        self.repository = Path(repository)
-        self.models = list(models)
-        self.http_port = free_port()
-        self.metrics_port = free_port()
-        self.url = f"127.0.0.1:{self.http_port}"
-        self.metrics_target = f"127.0.0.1:{self.metrics_port}"
-        self._extra_args = list(extra_args)
-        self._log_path = (
-            Path(log_path) if log_path else self.repository.parent / f"executor-{self.http_port}.log"
-        )
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    def command(self) -> list[str]:
-        args = [
-            "--model-repository",
-            str(self.repository),
-            "--http-port",
-            str(self.http_port),
-            "--metrics-port",
-            str(self.metrics_port),
-            "--model-control-mode",
-            "explicit",
-            "--metrics-config",
-            "summary_latencies=true",
-        ]
-        for model in self.models:
-            args += ["--load-model", model]
-        launcher = "import sys; from poolpilot.executor.cli import main; sys.exit(main(sys.argv[1:]))"
-        return [sys.executable, "-c", launcher, *args, *self._extra_args]
-
-    def start(self, *, timeout_s: float = 60.0) -> ExecutorProcess:
-        import tritonclient.http as triton_http
-
-        log = self._log_path.open("wb")
-        self._proc = subprocess.Popen(
-            self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-        )
-        log.close()
-        client = triton_http.InferenceServerClient(self.url, connection_timeout=2.0, network_timeout=5.0)
-        deadline = time.monotonic() + timeout_s
-        try:
-            while time.monotonic() < deadline:
-                if self._proc.poll() is not None:
-                    raise RuntimeError(f"executor exited with {self._proc.returncode}:\n{self.log_tail()}")
-                try:
-                    if client.is_server_live() and all(client.is_model_ready(m) for m in self.models):
-                        return self
-                except Exception:  # not listening yet
-                    pass
-                time.sleep(0.1)
-        finally:
-            client.close()
-        self.stop()
-        raise RuntimeError(f"executor not ready after {timeout_s}s:\n{self.log_tail()}")
-
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        terminate(proc)
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self._log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def __enter__(self) -> ExecutorProcess:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-def write_emulated_model(
-    repository: str | Path,
-    name: str,
-    *,
-    latency_ms: tuple[float, float],
-    max_batch_size: int = 8,
-    max_queue_delay_us: int = 0,
-    instances: int = 1,
-    dims: int = 16,
-) -> Path:
-    """Write ``<repository>/<name>/config.pbtxt`` (+ version dir) for an emulated-curve model."""
-    model_dir = Path(repository) / name
-    (model_dir / "1").mkdir(parents=True, exist_ok=True)
-    a_ms, b_ms = latency_ms
-    (model_dir / "config.pbtxt").write_text(
-        f"""name: "{name}"
-backend: "python"
-max_batch_size: {max_batch_size}
-input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ {dims} ] }} ]
-output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ {dims} ] }} ]
-dynamic_batching {{ max_queue_delay_microseconds: {max_queue_delay_us} }}
-instance_group [ {{ kind: KIND_GPU count: {instances} }} ]
-parameters {{ key: "emulated_batch_latency_ms" value: {{ string_value: "{a_ms},{b_ms}" }} }}
-"""
-    )
-    return model_dir
-
-
-@pytest.fixture()
-def executor_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., ExecutorProcess]]:
-    """Factory fixture: ``executor_process(repository, models, extra_args=()) -> ExecutorProcess`` (ready).
-
-    Every process started through it is stopped at teardown.
-    """
-    started: list[ExecutorProcess] = []
-
-    def start(
-        repository: str | Path, models: Sequence[str], *, extra_args: Sequence[str] = ()
-    ) -> ExecutorProcess:
-        log = tmp_path_factory.mktemp("executor-log") / "executor.log"
-        proc = ExecutorProcess(repository, models, extra_args=extra_args, log_path=log)
-        started.append(proc)
-        return proc.start()
-
-    yield start
-    for proc in reversed(started):
-        proc.stop()

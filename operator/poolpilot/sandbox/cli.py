@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @dataclass
@@ -41,11 +41,12 @@ class Sandbox:
 
     def start(self) -> Sandbox:
         from poolpilot import monitoring
-        from poolpilot.testing import chart
-        from poolpilot.testing.controlplane import ControlPlane, free_port
-        from poolpilot.testing.poddiscovery import PodDiscovery
-        from poolpilot.testing.podrunner import PodRunner
-        from poolpilot.testing.prometheus import PrometheusServer
+        from poolpilot.sandbox import chart
+        from poolpilot.sandbox.controlplane import ControlPlane
+        from poolpilot.sandbox.poddiscovery import PodDiscovery
+        from poolpilot.sandbox.podrunner import PodRunner
+        from poolpilot.sandbox.processes import free_port
+        from poolpilot.sandbox.prometheus import PrometheusServer
 
         self.work_dir.mkdir(parents=True, exist_ok=True)
         try:

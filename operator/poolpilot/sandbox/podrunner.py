@@ -30,6 +30,8 @@ from typing import Any
 
 import yaml
 
+from poolpilot.sandbox.processes import terminate
+
 log = logging.getLogger(__name__)
 
 REPOSITORY_ANNOTATION = "sandbox.poolpilot.io/model-repository"
@@ -241,12 +243,7 @@ class PodRunner:
         run = self._running.pop(key, None)
         if run is None or run.proc is None:
             return
-        run.proc.terminate()
-        try:
-            run.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            run.proc.kill()
-            run.proc.wait(timeout=5)
+        terminate(run.proc)
 
 
 def _server_ready(url: str) -> bool:

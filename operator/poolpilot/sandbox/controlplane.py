@@ -12,8 +12,8 @@ apiserver (a stray Debian kubectl 1.20 on PATH must not be used against a 1.36 s
 
 CLI::
 
-    python -m poolpilot.testing.controlplane up [--dir D]   # foreground until SIGINT/SIGTERM
-    python -m poolpilot.testing.controlplane build          # only ensure the binaries
+    python -m poolpilot.sandbox.controlplane up [--dir D]   # foreground until SIGINT/SIGTERM
+    python -m poolpilot.sandbox.controlplane build          # only ensure the binaries
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -50,6 +49,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from poolpilot.sandbox.processes import free_port
+
 if TYPE_CHECKING:  # imported lazily at run time: `build` and `up` need no kubernetes client
     import kubernetes.client
 
@@ -61,7 +62,7 @@ MIN_ETCD_VERSION = (3, 5)  # --unsafe-no-fsync and the /readyz endpoints kube-ap
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 CERT_VALIDITY = dt.timedelta(hours=168)  # as envtest's TinyCA
 
-_REPO_ROOT = Path(__file__).resolve().parents[3]  # operator/poolpilot/testing/controlplane.py
+_REPO_ROOT = Path(__file__).resolve().parents[3]  # operator/poolpilot/sandbox/controlplane.py
 BUILD_SCRIPT = _REPO_ROOT / "hack" / "build-control-plane.sh"
 
 
@@ -462,14 +463,6 @@ def _http_ok(url: str) -> bool:
             return bool(resp.status == 200)
     except OSError:
         return False
-
-
-def free_port() -> int:
-    """A loopback TCP port nobody listens on right now (the kernel's pick)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _resolve_prctl() -> Callable[..., int] | None:
@@ -895,7 +888,7 @@ class ControlPlane:
         if self.kwok:
             binary, stages = kwok_files()
             config = self.work_dir / "kwok-stages.yaml"
-            from poolpilot.testing.podrunner import runner_stages
+            from poolpilot.sandbox.podrunner import runner_stages
 
             config.write_text(runner_stages(stages))
             port = free_port()
@@ -978,7 +971,7 @@ def _stop_on_signals() -> Iterator[None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m poolpilot.testing.controlplane",
+        prog="python -m poolpilot.sandbox.controlplane",
         description="A real local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager).",
     )
     sub = parser.add_subparsers(dest="command", required=True)

@@ -1,1 +1,0 @@
-"""Test harnesses that start real components (etcd, kube-apiserver, kube-controller-manager, Prometheus)."""
