@@ -24,7 +24,7 @@ import yaml
 from poolpilot import loadgen
 from poolpilot.backends.batching import batching_of
 from poolpilot.loadgen import schedule as loadgen_schedule
-from poolpilot.sandbox import Sandbox
+from poolpilot.sandbox.cli import Sandbox
 
 pytestmark = [pytest.mark.cluster, pytest.mark.prometheus, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
