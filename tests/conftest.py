@@ -12,13 +12,17 @@ import os
 import secrets
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from poolpilot.sandbox.cli import Sandbox
 from poolpilot.sandbox.controlplane import Binaries, ControlPlane, ControlPlaneError, find_binaries
 from poolpilot.sandbox.executor import ExecutorProcess
 from poolpilot.sandbox.prometheus import INSTALL_HINT, PrometheusServer, find_binary
+
+CLUSTER_FIXTURES = ("control_plane", "sandbox")
 
 
 class _Prepared:
@@ -33,7 +37,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     one test's timeout; a failure is stored and re-raised by the fixture, so the tests FAIL."""
     if session.config.option.collectonly:
         return
-    if any("control_plane" in getattr(item, "fixturenames", ()) for item in session.items):
+    if any(name in getattr(item, "fixturenames", ()) for item in session.items for name in CLUSTER_FIXTURES):
         capture = session.config.pluginmanager.getplugin("capturemanager")
         # A first build takes minutes: let its progress reach the terminal instead of the capture.
         with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
@@ -124,3 +128,104 @@ def executor_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Calla
     yield start
     for proc in reversed(started):
         proc.stop()
+
+
+# --------------------------------------------------------------------------------------------------
+# The sandbox: scheduler, kwok GPU nodes, Triton pods as executors, Prometheus, the operator
+# --------------------------------------------------------------------------------------------------
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "sandbox(operator=True, pod_start_s=2.0, scrape_interval_s=2.0, shared=False): options of the "
+        "`sandbox` fixture for this module",
+    )
+
+
+@dataclass(frozen=True)
+class SandboxOptions:
+    """What a module asks of its sandbox (`pytest.mark.sandbox(...)` on the module).
+
+    shared=True: the module leaves nothing behind that another module would trip over, so the next
+    module asking for the same options may reuse this sandbox instead of starting a new one.
+    """
+
+    operator: bool = True
+    pod_start_s: float = 2.0
+    scrape_interval_s: float = 2.0
+    shared: bool = False
+
+    @classmethod
+    def of(cls, node: pytest.Item | pytest.Collector) -> SandboxOptions:
+        marker = node.get_closest_marker("sandbox")
+        return cls(**marker.kwargs) if marker is not None else cls()
+
+    def key(self) -> tuple[bool, float, float]:
+        return (self.operator, self.pod_start_s, self.scrape_interval_s)
+
+
+class _Sandboxes:
+    """At most one sandbox alive at a time (each is a whole cluster: this machine has two cores)."""
+
+    def __init__(self, factory: pytest.TempPathFactory) -> None:
+        self.factory = factory
+        self.live: tuple[tuple[bool, float, float], Sandbox] | None = None
+
+    def get(self, options: SandboxOptions) -> Sandbox:
+        if self.live is not None and options.shared and self.live[0] == options.key():
+            return self.live[1]
+        self.close()
+        if find_binary() is None:
+            message = f"prometheus binary not found; {INSTALL_HINT}"
+            if os.environ.get("CI"):
+                pytest.fail(message)
+            pytest.skip(message)
+        if _Prepared.error is not None:
+            raise _Prepared.error
+        box = Sandbox(
+            self.factory.mktemp("sandbox"),
+            operator=options.operator,
+            pod_start_s=options.pod_start_s,
+            scrape_interval_s=options.scrape_interval_s,
+        ).start()
+        self.live = (options.key(), box)
+        return box
+
+    def release(self, options: SandboxOptions) -> None:
+        if not options.shared:
+            self.close()
+
+    def close(self) -> None:
+        if self.live is not None:
+            _, box = self.live
+            self.live = None
+            box.stop()
+
+
+@pytest.fixture(scope="session")
+def _sandboxes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Sandboxes]:
+    sandboxes = _Sandboxes(tmp_path_factory)
+    try:
+        yield sandboxes
+    finally:
+        sandboxes.close()
+
+
+@pytest.fixture(scope="module")
+def sandbox(request: pytest.FixtureRequest, _sandboxes: _Sandboxes) -> Iterator[Sandbox]:
+    """A running `poolpilot sandbox` (what `poolpilot sandbox up` starts) for this module's tests.
+
+    Options come from the module's `pytest.mark.sandbox(operator=..., pod_start_s=..., scrape_interval_s=...,
+    shared=...)`; by default the operator runs (under the chart's RBAC), pods load their model 2 s after they
+    start and Prometheus scrapes every 2 s. Tests of one module share it (in file order); it is stopped after
+    the module unless the module says `shared=True`, in which case the next module with the same options
+    reuses it. `sandbox.cluster` is the control plane (`kubectl`, `kubeconfig`), `sandbox.prometheus` the
+    Prometheus server, `sandbox.work_dir` holds `sandbox.env` (for `poolpilot sandbox preempt --dir`).
+    """
+    options = SandboxOptions.of(request.node)
+    box = _sandboxes.get(options)
+    try:
+        yield box
+    finally:
+        _sandboxes.release(options)

@@ -9,47 +9,20 @@ from __future__ import annotations
 import json
 import os
 import socket
-import textwrap
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import kubernetes.client
 import pytest
+from tests import kube
 
 from poolpilot.sandbox import controlplane
 from poolpilot.sandbox.controlplane import Binaries, ControlPlane, ControlPlaneError, find_binaries
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 60.0) -> Any:
-    """Poll until `check()` is truthy (controllers are asynchronous); fail naming `what`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.2)
-
-
-def deployment_manifest(name: str, replicas: int, extra_spec: str = "") -> str:
+def deployment_manifest(namespace: str, name: str, replicas: int) -> dict[str, Any]:
     # No kubelet or scheduler runs: pods stay Pending, which is all the KCM behaviour we check.
-    return textwrap.dedent(
-        f"""\
-        apiVersion: apps/v1
-        kind: Deployment
-        metadata: {{name: {name}}}
-        spec:
-          replicas: {replicas}
-          selector: {{matchLabels: {{app: {name}}}}}
-          template:
-            metadata: {{labels: {{app: {name}}}}}
-            spec:
-              containers: [{{name: main, image: registry.invalid/triton:none}}]
-        {extra_spec}"""
-    )
+    return kube.deployment(namespace, name, replicas, image="registry.invalid/triton:none")
 
 
 def owned_by(items: list[Any], uid: str) -> list[Any]:
@@ -70,19 +43,21 @@ def test_apiserver_reports_the_stamped_version(control_plane: ControlPlane) -> N
 
 @pytest.mark.cluster
 def test_deployment_gets_a_replicaset_and_its_pods(control_plane: ControlPlane, namespace: str) -> None:
-    control_plane.kubectl("apply", "-n", namespace, "-f", "-", input=deployment_manifest("chat", 2))
+    control_plane.kubectl(
+        "apply", "-n", namespace, "-f", "-", input=json.dumps(deployment_manifest(namespace, "chat", 2))
+    )
     with control_plane.api_client() as client:
         apps, core = kubernetes.client.AppsV1Api(client), kubernetes.client.CoreV1Api(client)
         uid = apps.read_namespaced_deployment("chat", namespace).metadata.uid
-        rs = wait_for(
-            "a ReplicaSet owned by the Deployment",
+        rs = kube.wait_for(
             lambda: owned_by(apps.list_namespaced_replica_set(namespace).items, uid),
+            "a ReplicaSet owned by the Deployment",
         )
         assert len(rs) == 1
         # Pods are admitted (ServiceAccount admission stays on; KCM created `default`).
-        wait_for(
-            "2 pods owned by the ReplicaSet",
+        kube.wait_for(
             lambda: len(owned_by(core.list_namespaced_pod(namespace).items, rs[0].metadata.uid)) == 2,
+            "2 pods owned by the ReplicaSet",
         )
 
 
@@ -90,28 +65,32 @@ def test_deployment_gets_a_replicaset_and_its_pods(control_plane: ControlPlane, 
 def test_deleting_a_deployment_garbage_collects_its_replicaset(
     control_plane: ControlPlane, namespace: str
 ) -> None:
-    control_plane.kubectl("apply", "-n", namespace, "-f", "-", input=deployment_manifest("gc", 1))
+    control_plane.kubectl(
+        "apply", "-n", namespace, "-f", "-", input=json.dumps(deployment_manifest(namespace, "gc", 1))
+    )
     with control_plane.api_client() as client:
         apps, core = kubernetes.client.AppsV1Api(client), kubernetes.client.CoreV1Api(client)
         uid = apps.read_namespaced_deployment("gc", namespace).metadata.uid
-        rs = wait_for(
-            "the ReplicaSet", lambda: owned_by(apps.list_namespaced_replica_set(namespace).items, uid)
+        rs = kube.wait_for(
+            lambda: owned_by(apps.list_namespaced_replica_set(namespace).items, uid), "the ReplicaSet"
         )
         rs_uid = rs[0].metadata.uid
-        wait_for("the pod", lambda: owned_by(core.list_namespaced_pod(namespace).items, rs_uid))
+        kube.wait_for(lambda: owned_by(core.list_namespaced_pod(namespace).items, rs_uid), "the pod")
 
         control_plane.kubectl("delete", "-n", namespace, "deployment", "gc", "--wait=false")
-        wait_for(
-            "the ReplicaSet to be collected", lambda: not apps.list_namespaced_replica_set(namespace).items
+        kube.wait_for(
+            lambda: not apps.list_namespaced_replica_set(namespace).items, "the ReplicaSet to be collected"
         )
-        wait_for(
-            "its pod to be collected", lambda: not owned_by(core.list_namespaced_pod(namespace).items, rs_uid)
+        kube.wait_for(
+            lambda: not owned_by(core.list_namespaced_pod(namespace).items, rs_uid), "its pod to be collected"
         )
 
 
 @pytest.mark.cluster
 def test_strict_field_validation_rejects_unknown_fields(control_plane: ControlPlane, namespace: str) -> None:
-    bad = deployment_manifest("typo", 1, extra_spec="  replicaz: 3\n")
+    typo = deployment_manifest(namespace, "typo", 1)
+    typo["spec"]["replicaz"] = 3
+    bad = json.dumps(typo)
     strict = control_plane.kubectl(
         "apply", "-n", namespace, "--validate=strict", "-f", "-", input=bad, check=False
     )

@@ -9,19 +9,17 @@ import ipaddress
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
+from tests import kube
+from tests.kube import TOLERATE_KWOK
 
 from poolpilot.sandbox.controlplane import KWOK_NODE_ANNOTATION, KWOK_POD_CIDR, ControlPlane
 
 pytestmark = pytest.mark.cluster
-T = TypeVar("T")
-TRITON_ARGS = ["--model-repository=/models", "--model-control-mode=explicit", "--load-model=emu"]
-TRITON_PORTS = [{"name": "http", "containerPort": 8000}, {"name": "metrics", "containerPort": 8002}]
-TOLERATE_KWOK = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
 
 
 @pytest.fixture(scope="module")
@@ -45,37 +43,21 @@ def gpu_node(name: str, gpus: int = 8) -> dict[str, Any]:
     }
 
 
-def wait_for(fn: Callable[[], T | None], what: str, timeout_s: float = 60.0) -> T:
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
-
-
 def pods(cp: ControlPlane, namespace: str) -> list[dict[str, Any]]:
-    out = cp.kubectl("get", "pods", "-n", namespace, "-l", "app=triton", "-o", "json").stdout
-    items: list[dict[str, Any]] = json.loads(out)["items"]
-    return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+    return kube.pods(cp, namespace, "app=triton")
 
 
 def phases(cp: ControlPlane, namespace: str) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for p in pods(cp, namespace):
-        counts[p["status"].get("phase", "?")] = counts.get(p["status"].get("phase", "?"), 0) + 1
-    return counts
+    return kube.phases(cp, namespace, "app=triton")
 
 
 def test_gpu_pods_are_scheduled_onto_kwok_nodes_at_loopback_ips(cluster: ControlPlane) -> None:
     cp = cluster
     ns = "gpu-sched"
     cp.kubectl("create", "namespace", ns)
-    wait_for(lambda: cp.kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0, "default SA")
-    cp.kubectl("apply", "-f", "-", input=json.dumps(gpu_node("gpu-0")))
-    wait_for(
+    kube.wait_for_default_service_account(cp, ns)
+    kube.apply(cp, gpu_node("gpu-0"))
+    kube.wait_for(
         lambda: (
             "True"
             in cp.kubectl(
@@ -84,48 +66,27 @@ def test_gpu_pods_are_scheduled_onto_kwok_nodes_at_loopback_ips(cluster: Control
         ),
         "node gpu-0 Ready (kwok)",
     )
-    gpu = {"nvidia.com/gpu": "1"}
-    resources = {"requests": gpu, "limits": gpu}
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "triton", "namespace": ns},
-        "spec": {
-            "replicas": 3,
-            "selector": {"matchLabels": {"app": "triton"}},
-            "template": {
-                "metadata": {"labels": {"app": "triton"}},
-                "spec": {
-                    "tolerations": [
-                        {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
-                    ],
-                    "nodeSelector": {"poolpilot.io/gpu-pool": "a100"},
-                    "containers": [
-                        {
-                            "name": "triton",
-                            "image": "tritonserver",
-                            "resources": resources,
-                        }
-                    ],
-                },
-            },
-        },
-    }
-    cp.kubectl("apply", "-f", "-", input=json.dumps(deployment))
-    wait_for(lambda: phases(cp, ns) == {"Running": 3}, "3 pods Running")
+    deployment = kube.deployment(
+        ns, "triton", 3, image="tritonserver", gpus=1,
+        tolerations=[TOLERATE_KWOK], nodeSelector={"poolpilot.io/gpu-pool": "a100"},
+    )  # fmt: skip
+    kube.apply(cp, deployment)
+    kube.wait_for(lambda: phases(cp, ns) == {"Running": 3}, "3 pods Running")
     cidr = ipaddress.ip_network(KWOK_POD_CIDR, strict=False)
     ips = {p["status"]["podIP"] for p in pods(cp, ns)}
     assert len(ips) == 3 and all(ipaddress.ip_address(ip) in cidr and ip.startswith("127.") for ip in ips)
     assert {p["spec"]["nodeName"] for p in pods(cp, ns)} == {"gpu-0"}
 
     cp.kubectl("scale", "deployment", "triton", "-n", ns, "--replicas=12")
-    wait_for(lambda: phases(cp, ns) == {"Running": 8, "Pending": 4}, "8 Running + 4 Pending (no GPU left)")
+    kube.wait_for(
+        lambda: phases(cp, ns) == {"Running": 8, "Pending": 4}, "8 Running + 4 Pending (no GPU left)"
+    )
     pending = [p for p in pods(cp, ns) if p["status"]["phase"] == "Pending"]
     reasons = [c.get("message", "") for p in pending for c in p["status"].get("conditions", [])]
     assert any("nvidia.com/gpu" in m for m in reasons), reasons
 
-    cp.kubectl("apply", "-f", "-", input=json.dumps(gpu_node("gpu-1")))
-    wait_for(lambda: phases(cp, ns) == {"Running": 12}, "12 Running once a second node is there")
+    kube.apply(cp, gpu_node("gpu-1"))
+    kube.wait_for(lambda: phases(cp, ns) == {"Running": 12}, "12 Running once a second node is there")
     assert {p["spec"]["nodeName"] for p in pods(cp, ns)} == {"gpu-0", "gpu-1"}
 
 
@@ -166,10 +127,7 @@ async def test_kwok_provider_provisions_after_the_lead_time_and_drains_before_de
         newest = max(busy, key=lambda n: n["metadata"]["creationTimestamp"])["metadata"]["name"]
         other = next(n["metadata"]["name"] for n in busy if n["metadata"]["name"] != newest)
         cluster.kubectl("create", "namespace", "kwok-drain")
-        wait_for(
-            lambda: cluster.kubectl("get", "sa", "default", "-n", "kwok-drain", check=False).returncode == 0,
-            "default SA",
-        )
+        kube.wait_for_default_service_account(cluster, "kwok-drain")
         for node in (newest, other):
             pod = {
                 "apiVersion": "v1",
@@ -177,7 +135,7 @@ async def test_kwok_provider_provisions_after_the_lead_time_and_drains_before_de
                 "metadata": {"name": f"on-{node}", "namespace": "kwok-drain"},
                 "spec": {"nodeName": node, "containers": [{"name": "c", "image": "tritonserver"}]},
             }
-            cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
+            kube.apply(cluster, pod)
         await provider.set_nodes(1)
         assert await provider.get_nodes() == 1
         assert await provider.get_ready_nodes() == 1  # the one being removed no longer counts
@@ -187,7 +145,7 @@ async def test_kwok_provider_provisions_after_the_lead_time_and_drains_before_de
         cluster.kubectl("delete", "pod", f"on-{newest}", "-n", "kwok-drain", "--grace-period=0", "--force")
         await provider.sync()  # empty now: deleted
         gone = lambda: cluster.kubectl("get", "node", newest, check=False).returncode != 0  # noqa: E731
-        wait_for(gone, "the drained node gone")
+        kube.wait_for(gone, "the drained node gone")
         assert cluster.kubectl("get", "node", other, check=False).returncode == 0
 
 
@@ -202,54 +160,23 @@ def test_triton_pods_run_as_executors_at_their_pod_ips_and_report_readiness(
     cp = cluster
     ns = "runner"
     cp.kubectl("create", "namespace", ns)
-    wait_for(lambda: cp.kubectl("get", "sa", "default", "-n", ns, check=False).returncode == 0, "default SA")
-    cp.kubectl("apply", "-f", "-", input=json.dumps(gpu_node("gpu-runner")))
+    kube.wait_for_default_service_account(cp, ns)
+    kube.apply(cp, gpu_node("gpu-runner"))
     repo = tmp_path / "models"
     write_emulated_model(repo, "emu", latency_ms=(2.0, 0.5), max_batch_size=8, max_queue_delay_us=1000)
-    gpu = {"nvidia.com/gpu": "1"}
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "triton", "namespace": ns},
-        "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": {"app": "triton"}},
-            "template": {
-                "metadata": {
-                    "labels": {"app": "triton", "poolpilot.io/pool": "chat"},
-                    "annotations": {REPOSITORY_ANNOTATION: str(repo)},
-                },
-                "spec": {
-                    "tolerations": [TOLERATE_KWOK],
-                    "nodeSelector": {"kubernetes.io/hostname": "gpu-runner"},
-                    "containers": [
-                        {
-                            "name": "triton",
-                            "image": "nvcr.io/nvidia/tritonserver:24.08-py3",
-                            "command": ["tritonserver"],
-                            "args": [
-                                "--model-repository=/models",
-                                "--model-control-mode=explicit",
-                                "--load-model=emu",
-                            ],
-                            "ports": [
-                                {"name": "http", "containerPort": 8000},
-                                {"name": "metrics", "containerPort": 8002},
-                            ],
-                            "resources": {"requests": gpu, "limits": gpu},
-                        }
-                    ],
-                },
-            },
-        },
-    }
+    deployment = kube.deployment(
+        ns, "triton", 2, labels={"app": "triton", "poolpilot.io/pool": "chat"},
+        annotations={REPOSITORY_ANNOTATION: str(repo)}, image=kube.TRITON_IMAGE,
+        container=kube.triton_container("emu"), gpus=1,
+        tolerations=[TOLERATE_KWOK], nodeSelector={"kubernetes.io/hostname": "gpu-runner"},
+    )  # fmt: skip
     with cp.api_client() as client:
         runner = PodRunner(
             client, tmp_path / "pod-logs", executable=str(Path(sys.executable).parent / "poolpilot-executor"),
             start_delay_s=2.0,
         ).start()  # fmt: skip
         try:
-            cp.kubectl("apply", "-f", "-", input=json.dumps(deployment))
+            kube.apply(cp, deployment)
 
             def ready_states() -> list[str]:
                 return [
@@ -259,10 +186,10 @@ def test_triton_pods_run_as_executors_at_their_pod_ips_and_report_readiness(
                     for p in pods(cp, ns)
                 ]
 
-            wait_for(
+            kube.wait_for(
                 lambda: len(ready_states()) == 2 and "True" not in ready_states(), "2 pods, not Ready yet"
             )
-            wait_for(
+            kube.wait_for(
                 lambda: ready_states() == ["True", "True"], "both pods Ready once their executors are", 90
             )
             for pod in pods(cp, ns):
@@ -275,9 +202,9 @@ def test_triton_pods_run_as_executors_at_their_pod_ips_and_report_readiness(
             victim = pods(cp, ns)[0]["metadata"]["name"]
             old_pid = runner.pids()[f"{ns}/{victim}"]
             cp.kubectl("delete", "pod", victim, "-n", ns, "--wait=false")
-            wait_for(lambda: f"{ns}/{victim}" not in runner.pids(), "the deleted pod's process stopped")
-            wait_for(lambda: not _alive(old_pid), "the old executor process gone")
-            wait_for(lambda: ready_states() == ["True", "True"], "a replacement pod Ready", 90)
+            kube.wait_for(lambda: f"{ns}/{victim}" not in runner.pids(), "the deleted pod's process stopped")
+            kube.wait_for(lambda: not _alive(old_pid), "the old executor process gone")
+            kube.wait_for(lambda: ready_states() == ["True", "True"], "a replacement pod Ready", 90)
         finally:
             runner.stop()
     assert runner.pids() == {}
@@ -312,7 +239,7 @@ def _prometheus_discovers_the_pods(cp: ControlPlane, ns: str, tmp_path: Path) ->
                     mine = [t for t in active if t["labels"].get("namespace") == ns and t["health"] == "up"]
                     return mine if len(mine) == 2 else None
 
-                found = wait_for(targets, "Prometheus to discover and scrape both pods", 60)
+                found = kube.wait_for(targets, "Prometheus to discover and scrape both pods", 60)
                 _load_through_the_service(cp, ns, prom, tmp_path)
         finally:
             discovery.stop()
@@ -335,7 +262,7 @@ def _load_through_the_service(cp: ControlPlane, ns: str, prom: Any, tmp_path: Pa
             "ports": [{"name": "http", "port": 8000, "targetPort": "http"}],
         },
     }
-    cp.kubectl("apply", "-f", "-", input=json.dumps(service))
+    kube.apply(cp, service)
     query = f'sum(nv_inference_request_success{{namespace="{ns}",pool="chat"}})'
     before = prom.query_value(query)
     out = tmp_path / "loadgen.json"
@@ -351,7 +278,7 @@ def _load_through_the_service(cp: ControlPlane, ns: str, prom: Any, tmp_path: Pa
     assert report["succeeded"] == report["sent"] > 150
     used = {line.split(",")[1] for line in csv.read_text().splitlines()[1:]}
     assert used == {f"{p['status']['podIP']}:8000" for p in pods(cp, ns)}  # both endpoints, round-robin
-    wait_for(
+    kube.wait_for(
         lambda: prom.query_value(query) - before == report["succeeded"],
         "Prometheus to count exactly the load generator's successes",
         30,

@@ -14,11 +14,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import tritonclient.http as httpclient
+from tests import kube
 
 from poolpilot.sandbox.controlplane import ControlPlane
 from poolpilot.sandbox.executor import ExecutorProcess, running_executor, write_emulated_model
@@ -62,14 +62,6 @@ def _successes(proc: ExecutorProcess) -> int:
         client.close()
 
 
-def _wait(cond: Callable[[], bool], what: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
 def test_service_routing_follows_endpoint_readiness(
     control_plane: ControlPlane, namespace: str, tmp_path: Path
 ) -> None:
@@ -96,7 +88,12 @@ def test_service_routing_follows_endpoint_readiness(
         ]  # fmt: skip
         with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as run:
             try:
-                _wait(lambda: _successes(a) > 20 and _successes(b) > 20, "traffic on both endpoints", 60)
+                kube.wait_for(
+                    lambda: _successes(a) > 20 and _successes(b) > 20,
+                    "traffic on both endpoints",
+                    60,
+                    interval_s=0.2,
+                )
                 cp.kubectl(
                     "apply", "-f", "-", input=json.dumps(_slice(ns, "triton-b", "triton", b, ready=False))
                 )

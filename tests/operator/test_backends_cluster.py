@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from tests import kube
 
 from poolpilot.api import types as api
 from poolpilot.backends.kube import KubernetesCluster, ObjectRef
@@ -24,24 +25,6 @@ def api_client(control_plane: ControlPlane) -> Iterator[Any]:
         yield client
 
 
-def _deployment(namespace: str, name: str, replicas: int) -> str:
-    return json.dumps(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {
-                "replicas": replicas,
-                "selector": {"matchLabels": {"app": name}},
-                "template": {
-                    "metadata": {"labels": {"app": name}},
-                    "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
-                },
-            },
-        }
-    )
-
-
 def _replicas(cp: ControlPlane, namespace: str, name: str) -> int:
     out = cp.kubectl("get", "deployment", name, "-n", namespace, "-o", "jsonpath={.spec.replicas}")
     return int(out.stdout)
@@ -50,7 +33,7 @@ def _replicas(cp: ControlPlane, namespace: str, name: str) -> int:
 async def test_workload_replicas_through_scale_subresource(
     control_plane: ControlPlane, namespace: str, api_client: Any
 ) -> None:
-    control_plane.kubectl("apply", "-f", "-", input=_deployment(namespace, "triton", 2))
+    kube.apply(control_plane, kube.deployment(namespace, "triton", 2))
     workloads = KubernetesWorkloads(api_client)
     ref = ObjectRef("apps/v1", "Deployment", "triton", namespace)
 

@@ -9,14 +9,15 @@ signals up (the recovery path) without a restart.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
+from tests import kube
+from tests.kube import apply, condition, get_json
 
 from poolpilot import loadgen
 from poolpilot.loadgen import schedule as loadgen_schedule
@@ -28,7 +29,7 @@ from poolpilot.sandbox.processes import free_port
 pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parents[2]
-T = TypeVar("T")
+POOL_POD_LABELS = {"app": "chat-triton", "poolpilot.io/pool": "chat"}
 
 
 class Operator(chart.OperatorProcess):
@@ -79,59 +80,10 @@ def operator(
     env = {**control_plane.env(), "KUBECONFIG": str(installed.kubeconfig)}
     op = Operator(cmd, env, log, prometheus_port, liveness_port=liveness_port, metrics_port=metrics_port)
     try:
-        wait_for(op.healthy, "operator liveness endpoint", op, timeout_s=60)
+        kube.wait_for(op.healthy, "operator liveness endpoint", watch=op, timeout_s=60)
         yield op
     finally:
         op.stop()
-
-
-def wait_for(fn: Callable[[], T | None], what: str, op: Operator, timeout_s: float = 60.0) -> T:
-    deadline = time.monotonic() + timeout_s
-    last: T | None = None
-    while time.monotonic() < deadline:
-        op.assert_alive()
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what} (last: {last!r})\n{op.tail()}")
-
-
-def get_json(cp: ControlPlane, *args: str) -> dict[str, Any] | None:
-    result = cp.kubectl("get", *args, "-o", "json", check=False)
-    if result.returncode != 0:
-        assert "NotFound" in result.stderr, result.stderr
-        return None
-    parsed: dict[str, Any] = json.loads(result.stdout)
-    return parsed
-
-
-def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
-    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if c["type"] == type_:
-            return dict(c)
-    return None
-
-
-def apply(cp: ControlPlane, manifest: dict[str, Any]) -> None:
-    cp.kubectl("apply", "-f", "-", input=json.dumps(manifest))
-
-
-def deployment(namespace: str, name: str = "chat-triton", replicas: int = 2) -> dict[str, Any]:
-    labels = {"app": name, "poolpilot.io/pool": "chat"}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {"containers": [{"name": "triton", "image": "registry.k8s.io/pause:3.10"}]},
-            },
-        },
-    }
 
 
 def node_pool(name: str, match_labels: dict[str, str]) -> dict[str, Any]:
@@ -172,7 +124,7 @@ def tenant(control_plane: ControlPlane, namespace: str, operator: Operator) -> I
     control_plane.kubectl("label", "namespace", namespace, f"gpu-tier={namespace}")
     pool_name = f"gpus-{namespace}"
     apply(control_plane, node_pool(pool_name, {"gpu-tier": namespace}))
-    apply(control_plane, deployment(namespace))
+    apply(control_plane, kube.deployment(namespace, labels=POOL_POD_LABELS))
     yield namespace, pool_name
     control_plane.kubectl("delete", "gpunodepool", pool_name, "--wait=false", check=False)
     operator.assert_alive()
@@ -189,7 +141,7 @@ def test_valid_pool_becomes_ready_and_reports_metrics_unavailable(
         c = condition(obj, "Ready")
         return obj if c and c["status"] == "True" and condition(obj, "MetricsAvailable") else None
 
-    obj = wait_for(ready, "InferencePool Ready=True", operator)
+    obj = kube.wait_for(ready, "InferencePool Ready=True", watch=operator)
     status = obj["status"]
     assert status["observedGeneration"] == obj["metadata"]["generation"]
     assert status["mode"] == "Auto"
@@ -201,7 +153,7 @@ def test_valid_pool_becomes_ready_and_reports_metrics_unavailable(
     # No signals: an Auto pool holds (touches nothing) and says why.
     assert status["lastDecision"]["action"] == "Hold"
     assert any("metrics unavailable" in r for r in status["lastDecision"]["reasons"])
-    wait_for(
+    kube.wait_for(
         lambda: (
             "poolpilot.io/finalizer"
             in ((get_json(control_plane, "inferencepool", "chat", "-n", ns) or {}).get("metadata") or {}).get(
@@ -209,7 +161,7 @@ def test_valid_pool_becomes_ready_and_reports_metrics_unavailable(
             )
         ),
         "PoolPilot's finalizer on the ticking pool",
-        operator,
+        watch=operator,
     )
 
     ready_series = f"poolpilot_pool_ready{{namespace={ns},pool=chat}}"
@@ -218,7 +170,7 @@ def test_valid_pool_becomes_ready_and_reports_metrics_unavailable(
         m = operator.own_metrics()
         return m if m.get(ready_series) == 1.0 else None
 
-    own = wait_for(own_ready, "the pool's gauges", operator)
+    own = kube.wait_for(own_ready, "the pool's gauges", watch=operator)
     assert own["poolpilot_ticks_total{kind=InferencePool,outcome=ok}"] >= 1
     assert own["poolpilot_metric_fetches_total{outcome=unavailable}"] >= 1
 
@@ -226,7 +178,7 @@ def test_valid_pool_becomes_ready_and_reports_metrics_unavailable(
         o = get_json(control_plane, "gpunodepool", pool_name)
         return o if o and (o.get("status") or {}).get("nodes") is not None else None
 
-    node_pool_obj = wait_for(node_pool_reported, "GPUNodePool status", operator)
+    node_pool_obj = kube.wait_for(node_pool_reported, "GPUNodePool status", watch=operator)
     assert node_pool_obj["status"]["provider"] == "fake"
     assert node_pool_obj["status"]["nodes"] == 1
 
@@ -241,7 +193,7 @@ def test_missing_node_pool_is_reported_with_a_warning_event(
         c = condition(get_json(control_plane, "inferencepool", "chat", "-n", ns), "Ready")
         return c if c and c["reason"] == "NodePoolNotFound" else None
 
-    ready = wait_for(not_found, "Ready=False NodePoolNotFound", operator)
+    ready = kube.wait_for(not_found, "Ready=False NodePoolNotFound", watch=operator)
     assert ready["status"] == "False"
     assert "spec.nodePool.name" in ready["message"]
 
@@ -252,7 +204,7 @@ def test_missing_node_pool_is_reported_with_a_warning_event(
         items = [e for e in (events or {}).get("items", []) if e["reason"] == "NodePoolNotFound"]
         return items or None
 
-    events = wait_for(warning_event, "a Warning Event NodePoolNotFound", operator)
+    events = kube.wait_for(warning_event, "a Warning Event NodePoolNotFound", watch=operator)
     assert events[0]["involvedObject"]["kind"] == "InferencePool"
 
 
@@ -267,7 +219,7 @@ def test_namespace_not_admitted_by_the_node_pool(
         c = condition(get_json(control_plane, "inferencepool", "chat", "-n", ns), "Ready")
         return c if c and c["reason"] == "NamespaceNotAdmitted" else None
 
-    ready = wait_for(forbidden, "Ready=False NamespaceNotAdmitted", operator)
+    ready = kube.wait_for(forbidden, "Ready=False NamespaceNotAdmitted", watch=operator)
     assert ready["status"] == "False"
     assert ns in ready["message"]
 
@@ -304,7 +256,7 @@ def test_an_hpa_on_the_target_is_named_and_not_fought(
         c = condition(get_json(control_plane, "inferencepool", "chat", "-n", ns), "Active")
         return c if c and c["reason"] == "ConflictingAutoscaler" else None
 
-    active = wait_for(refused, "Active=False ConflictingAutoscaler", operator)
+    active = kube.wait_for(refused, "Active=False ConflictingAutoscaler", watch=operator)
     assert active["status"] == "False"
     assert "HorizontalPodAutoscaler chat-hpa" in active["message"]
 
@@ -315,7 +267,7 @@ def test_an_hpa_on_the_target_is_named_and_not_fought(
         items = [e for e in (events or {}).get("items", []) if e["reason"] == "ConflictingAutoscaler"]
         return items or None
 
-    event = wait_for(warning, "a Warning Event ConflictingAutoscaler", operator)[0]
+    event = kube.wait_for(warning, "a Warning Event ConflictingAutoscaler", watch=operator)[0]
     assert "chat-hpa" in event["message"]
     target = get_json(control_plane, "deployment", "chat-triton", "-n", ns)
     assert target is not None
@@ -328,13 +280,13 @@ def test_off_mode_and_a_spec_change_is_reported_without_waiting_for_the_tick(
     ns, pool_name = tenant
     # A long tick: only the update handler waking the daemon can make the change show up quickly.
     apply(control_plane, inference_pool(ns, pool_name, mode="Auto", tick_s=600))
-    wait_for(
+    kube.wait_for(
         lambda: (
             (c := condition(get_json(control_plane, "inferencepool", "chat", "-n", ns), "Active"))
             and c["status"] == "True"
         ),
         "Active=True in Auto",
-        operator,
+        watch=operator,
     )
 
     changed_at = time.monotonic()
@@ -345,7 +297,7 @@ def test_off_mode_and_a_spec_change_is_reported_without_waiting_for_the_tick(
         c = condition(obj, "Active")
         return obj if c and c["reason"] == "ModeOff" else None
 
-    obj = wait_for(off, "Active=False ModeOff after the spec change", operator, timeout_s=60)
+    obj = kube.wait_for(off, "Active=False ModeOff after the spec change", watch=operator, timeout_s=60)
     print(f"spec change reported {time.monotonic() - changed_at:.2f} s after kubectl apply (tickSeconds 600)")
     assert condition(obj, "Active")["status"] == "False"  # type: ignore[index]
     assert obj["status"]["mode"] == "Off"
@@ -357,7 +309,7 @@ def test_deleting_a_pool_leaves_no_finalizer_behind(
 ) -> None:
     ns, pool_name = tenant
     apply(control_plane, inference_pool(ns, pool_name))
-    wait_for(
+    kube.wait_for(
         lambda: (
             "poolpilot.io/finalizer"
             in ((get_json(control_plane, "inferencepool", "chat", "-n", ns) or {}).get("metadata") or {}).get(
@@ -365,15 +317,15 @@ def test_deleting_a_pool_leaves_no_finalizer_behind(
             )
         ),
         "the operator's finalizer while the pool ticks",
-        operator,
+        watch=operator,
     )
 
     control_plane.kubectl("delete", "inferencepool", "chat", "-n", ns, "--wait=false")
 
-    wait_for(
+    kube.wait_for(
         lambda: get_json(control_plane, "inferencepool", "chat", "-n", ns) is None,
         "the InferencePool to disappear",
-        operator,
+        watch=operator,
         timeout_s=60,
     )
 
@@ -388,13 +340,13 @@ async def test_operator_picks_up_real_signals_once_prometheus_appears(
 ) -> None:
     ns, pool_name = tenant
     apply(control_plane, inference_pool(ns, pool_name, tick_s=5, model="emu"))
-    wait_for(
+    kube.wait_for(
         lambda: (
             (c := condition(get_json(control_plane, "inferencepool", "chat", "-n", ns), "MetricsAvailable"))
             and c["reason"] == "MetricsUnreachable"
         ),
         "MetricsUnreachable before Prometheus exists",
-        operator,
+        watch=operator,
     )
 
     repo = tmp_path / "models"
@@ -417,7 +369,9 @@ async def test_operator_picks_up_real_signals_once_prometheus_appears(
         c = condition(obj, "MetricsAvailable")
         return obj if c and c["status"] == "True" else None
 
-    obj = wait_for(metrics_present, "MetricsAvailable=True from the real Prometheus", operator, timeout_s=60)
+    obj = kube.wait_for(
+        metrics_present, "MetricsAvailable=True from the real Prometheus", watch=operator, timeout_s=60
+    )
     print(f"MetricsAvailable=True {time.monotonic() - loaded_at:.1f} s after the load (tickSeconds 5)")
     signals = obj["status"]["signals"]
     assert 3.0 <= signals["p99Ms"] <= report.latency_p99_ms * 1.1
@@ -432,5 +386,5 @@ async def test_operator_picks_up_real_signals_once_prometheus_appears(
         m = operator.own_metrics()
         return m if m.get(latency_series, 0) > 0 else None
 
-    own = wait_for(own_latency, "the pool's latency gauge", operator)
+    own = kube.wait_for(own_latency, "the pool's latency gauge", watch=operator)
     assert own[latency_series] >= 0.003  # base units: seconds

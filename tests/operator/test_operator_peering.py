@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
+from tests import kube
+from tests.kube import wait_for
 
 from poolpilot.sandbox import chart
 from poolpilot.sandbox.controlplane import ControlPlane
@@ -19,21 +20,6 @@ from poolpilot.sandbox.processes import free_port
 pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parents[2]
-T = TypeVar("T")
-
-
-def wait_until(
-    fn: Callable[[], T | None], what: str, ops: list[chart.OperatorProcess], timeout_s: float
-) -> T:
-    deadline = time.monotonic() + timeout_s
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.5)
-    logs = "\n\n".join(f"--- operator {i}\n{op.tail()}" for i, op in enumerate(ops))
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what} (last: {last!r})\n{logs}")
 
 
 def ticks(op: chart.OperatorProcess) -> float:
@@ -75,7 +61,7 @@ def operators(
                 installed.command(sys.executable), env, tmp_path / f"operator-{i}.log", liveness, metrics
             )
             started.append(op)
-            wait_until(op.healthy, f"operator {i} liveness", started, 60)
+            wait_for(op.healthy, f"operator {i} liveness", 60, interval_s=0.5, logs=started)
         yield started
     finally:
         for op in started:
@@ -96,20 +82,7 @@ def test_two_replicas_one_acts_and_the_standby_takes_over(
             "tickSeconds": 5,
         },
     }
-    labels = {"app": "chat-triton"}
-    target = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "chat-triton", "namespace": namespace},
-        "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {"containers": [{"name": "triton", "image": "registry.k8s.io/pause:3.10"}]},
-            },
-        },
-    }
+    target = kube.deployment(namespace, "chat-triton", 2)
     for obj in (target, pool):
         control_plane.kubectl("apply", "-f", "-", input=json.dumps(obj))
 
@@ -118,12 +91,13 @@ def test_two_replicas_one_acts_and_the_standby_takes_over(
         obj: dict[str, Any] = json.loads(got.stdout)
         return obj if (obj.get("status") or {}).get("conditions") else None
 
-    wait_until(status, "the pool's status from the active operator", operators, 60)
-    counts = wait_until(
+    wait_for(status, "the pool's status from the active operator", 60, interval_s=0.5, logs=operators)
+    counts = wait_for(
         lambda: c if max(c := [ticks(op) for op in operators]) >= 2 else None,
         "two ticks of the pool",
-        operators,
         60,
+        interval_s=0.5,
+        logs=operators,
     )
     assert sorted(counts)[0] == 0, f"both operators ticked the pool: {counts}"
     active = counts.index(max(counts))
@@ -131,5 +105,5 @@ def test_two_replicas_one_acts_and_the_standby_takes_over(
     assert not any(namespace in k for k in standby.own_metrics()), "the standby reports the pool"
 
     operators[active].stop()
-    wait_until(lambda: ticks(standby) >= 1, "the standby to take over", operators, 90)
+    wait_for(lambda: ticks(standby) >= 1, "the standby to take over", 90, interval_s=0.5, logs=operators)
     standby.assert_alive()

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests import kube
 
 from poolpilot.backends.batching import batching_of
 from poolpilot.policy.types import BatchingConfig
@@ -92,22 +93,7 @@ def test_recommend_reads_the_cluster_and_its_patch_applies(
     body = pool(None)
     body["metadata"]["namespace"] = namespace
     control_plane.kubectl("apply", "-f", "-", input=json.dumps(body))
-    labels = {"app": "chat-triton"}
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "chat-triton", "namespace": namespace},
-        "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "containers": [{"name": "triton", "image": "nvcr.io/nvidia/tritonserver:24.08-py3"}]
-                },
-            },
-        },
-    }
+    deployment = kube.deployment(namespace, "chat-triton", 2, image=kube.TRITON_IMAGE)
     control_plane.kubectl(
         "apply", "--server-side", "--field-manager=gitops", "-f", "-", input=json.dumps(deployment)
     )

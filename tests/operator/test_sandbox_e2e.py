@@ -12,95 +12,57 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any, TypeVar
 
 import numpy as np
 import pytest
 import tritonclient.http as triton_http
-import yaml
+from tests import kube
 
 from poolpilot import loadgen
 from poolpilot.backends.batching import batching_of
 from poolpilot.loadgen import schedule as loadgen_schedule
 from poolpilot.sandbox.cli import Sandbox
 
-pytestmark = [pytest.mark.cluster, pytest.mark.prometheus, pytest.mark.slow]
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "docs" / "examples" / "sandbox"
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.prometheus,
+    pytest.mark.slow,
+    pytest.mark.sandbox(pod_start_s=2.0, scrape_interval_s=2.0),
+]
 NS = "chat"
+PODS = "app=chat-triton"
 OBJECTIVE_MS = 120
 STABILISATION_S = 30
-T = TypeVar("T")
-
-
-@pytest.fixture(scope="module")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
-    box = Sandbox(tmp_path_factory.mktemp("sandbox"), pod_start_s=2.0, scrape_interval_s=2.0).start()
-    try:
-        yield box
-    finally:
-        box.stop()
-
-
-def example(name: str) -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load((EXAMPLES / name).read_text())
-    return loaded
-
-
-def apply(box: Sandbox, obj: dict[str, Any]) -> None:
-    box.cluster.kubectl("apply", "-f", "-", input=json.dumps(obj))
-
-
-def get(box: Sandbox, *args: str) -> dict[str, Any]:
-    parsed: dict[str, Any] = json.loads(box.cluster.kubectl("get", *args, "-o", "json").stdout)
-    return parsed
-
-
-def wait_for(fn: Callable[[], T | None], what: str, box: Sandbox, timeout_s: float = 120) -> T:
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(1.0)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})\n{box.operator_process.tail()}")
-
-
-def ready_pods(box: Sandbox) -> list[dict[str, Any]]:
-    items = get(box, "pods", "-n", NS, "-l", "app=chat-triton")["items"]
-    return [
-        p
-        for p in items
-        if not p["metadata"].get("deletionTimestamp")
-        and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
-    ]
 
 
 @pytest.mark.timeout(900)
 def test_an_auto_pool_follows_a_3x_step_through_the_service(sandbox: Sandbox) -> None:
     box = sandbox
     for name in ("00-namespace.yaml", "30-service.yaml"):
-        apply(box, example(name))
-    node_pool = example("10-gpunodepool.yaml")
+        kube.apply(box.cluster, kube.sandbox_example(name))
+    node_pool = kube.sandbox_example("10-gpunodepool.yaml")
     node_pool["spec"]["provisioningSeconds"] = 10  # a short lead time for the test
     # Small nodes, so the step needs more GPUs than the first node holds: a node is ordered through kwok.
     node_pool["spec"]["gpusPerNode"] = 4
     node_pool["spec"]["nodes"] = {"min": 1, "max": 4}
-    apply(box, node_pool)
-    deployment = example("20-deployment.yaml")
+    kube.apply(box.cluster, node_pool)
+    deployment = kube.sandbox_example("20-deployment.yaml")
     deployment["spec"]["replicas"] = 2
-    apply(box, deployment)
-    wait_for(lambda: len(ready_pods(box)) == 2, "2 Ready pods on a kwok GPU node", box, 120)
+    kube.apply(box.cluster, deployment)
+    kube.wait_for(
+        lambda: len(kube.ready_pods(box.cluster, NS, PODS)) == 2,
+        "2 Ready pods on a kwok GPU node",
+        120,
+        interval_s=1.0,
+        watch=box.operator_process,
+    )
 
-    pool = example("40-inferencepool.yaml")
+    pool = kube.sandbox_example("40-inferencepool.yaml")
     # Headroom for a shared 2-core host: the executors' latency also holds CPU queueing the model cannot see.
     pool["spec"]["slo"] = {"latencyTargetMs": OBJECTIVE_MS, "marginRatio": 0.25}
     pool["spec"]["tickSeconds"] = 5
     pool["spec"]["replicas"] = {"min": 1, "max": 16, "scaleDownStabilizationSeconds": STABILISATION_S}
-    apply(box, pool)
+    kube.apply(box.cluster, pool)
 
     base_rps, duration_s = 40.0, 240.0  # 120 s at the base rate, then 120 s at 3x
     schedule = loadgen_schedule.synthetic("step", base_rps=base_rps, duration_s=duration_s, seed=11)
@@ -115,8 +77,8 @@ def test_an_auto_pool_follows_a_3x_step_through_the_service(sandbox: Sandbox) ->
 
         async def watch() -> None:
             while not stop.is_set():
-                dep = await asyncio.to_thread(get, box, "deployment", "chat-triton", "-n", NS)
-                ready = await asyncio.to_thread(ready_pods, box)
+                dep = await asyncio.to_thread(kube.get, box.cluster, "deployment", "chat-triton", "-n", NS)
+                ready = await asyncio.to_thread(kube.ready_pods, box.cluster, NS, PODS)
                 history.append((time.monotonic(), dep["spec"]["replicas"], len(ready)))
                 await asyncio.sleep(2.0)
 
@@ -133,23 +95,27 @@ def test_an_auto_pool_follows_a_3x_step_through_the_service(sandbox: Sandbox) ->
     # On failure: what happened, in the order it happened.
     print("history (t, spec replicas, ready pods):", [(round(t - started), r, n) for t, r, n in history])
     print("loadgen:", report.to_json())
-    for e in get(box, "events", "-n", NS)["items"]:
+    for e in kube.get(box.cluster, "events", "-n", NS)["items"]:
         print("event", e.get("lastTimestamp"), e["involvedObject"]["name"], e["reason"], e["message"][:300])
-    print("status:", json.dumps(get(box, "inferencepool", "chat", "-n", NS)["status"])[:3000])
+    print("status:", json.dumps(kube.get(box.cluster, "inferencepool", "chat", "-n", NS)["status"])[:3000])
     assert report.sent == len(schedule)
 
     # Scaled out through /scale once the step came, with Events that say why.
     initial = history[0][1]
     assert max(r for _, r, _ in history) > initial, history
-    events = get(box, "events", "-n", NS, "--field-selector", "involvedObject.name=chat")["items"]
+    events = kube.get(box.cluster, "events", "-n", NS, "--field-selector", "involvedObject.name=chat")[
+        "items"
+    ]
     scaled = [e for e in events if e["reason"] == "ScaledOut"]
     assert scaled and all(e["message"] for e in scaled), [e["reason"] for e in events]
 
     # The GPUs ran out: nodes were ordered through the kwok provider, with an Event saying why.
-    gpu_events = get(box, "events", "-n", "default", "--field-selector", "involvedObject.name=sandbox-gpus")
+    gpu_events = kube.get(
+        box.cluster, "events", "-n", "default", "--field-selector", "involvedObject.name=sandbox-gpus"
+    )
     ordered = [e for e in gpu_events["items"] if e["reason"] == "NodesOrdered"]
     assert ordered, [e["reason"] for e in gpu_events["items"]]
-    assert get(box, "gpunodepool", "sandbox-gpus")["status"]["nodes"] >= 2
+    assert kube.get(box.cluster, "gpunodepool", "sandbox-gpus")["status"]["nodes"] >= 2
 
     # Back under the objective at the raised load, as Prometheus measures it from the pods (Triton's own
     # per-pod p99, what the operator controls). The generator's p99 is printed beside it: on a loaded 2-core
@@ -175,9 +141,9 @@ def test_an_auto_pool_follows_a_3x_step_through_the_service(sandbox: Sandbox) ->
     assert p99_ms <= OBJECTIVE_MS, f"pods' p99 over the step's last 30 s: median {p99_ms:.0f} ms"
 
     # Every Ready pod runs the batching the status says (read back with tritonclient).
-    status = get(box, "inferencepool", "chat", "-n", NS)["status"]
+    status = kube.get(box.cluster, "inferencepool", "chat", "-n", NS)["status"]
     want = status["batching"]
-    for pod in ready_pods(box):
+    for pod in kube.ready_pods(box.cluster, NS, PODS):
         client = triton_http.InferenceServerClient(f"{pod['status']['podIP']}:8000")
         running = batching_of(client.get_model_config("llm_emulated"))
         client.close()
@@ -186,11 +152,13 @@ def test_an_auto_pool_follows_a_3x_step_through_the_service(sandbox: Sandbox) ->
         assert running.instance_count == want["instanceCount"]
 
     # Load gone: no scale-in before the stabilisation window, then replicas come down.
-    at_end = get(box, "deployment", "chat-triton", "-n", NS)["spec"]["replicas"]
+    at_end = kube.get(box.cluster, "deployment", "chat-triton", "-n", NS)["spec"]["replicas"]
 
     def scaled_in() -> float | None:
-        replicas = get(box, "deployment", "chat-triton", "-n", NS)["spec"]["replicas"]
+        replicas = kube.get(box.cluster, "deployment", "chat-triton", "-n", NS)["spec"]["replicas"]
         return time.monotonic() if replicas < at_end else None
 
-    first_in = wait_for(scaled_in, "a scale-in after the load stopped", box, 300)
+    first_in = kube.wait_for(
+        scaled_in, "a scale-in after the load stopped", 300, interval_s=1.0, watch=box.operator_process
+    )
     assert first_in - load_end >= STABILISATION_S * 0.9
