@@ -11,6 +11,7 @@ the API server at each refresh, so the same relabelling (`poolpilot.monitoring.P
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import re
@@ -89,7 +90,9 @@ class PodDiscovery:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                # Prometheus may stop waiting (a slow list under load); it asks again at its next refresh.
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.wfile.write(body)
 
             def log_message(self, *args: Any) -> None:
                 pass
