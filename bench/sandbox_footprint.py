@@ -169,7 +169,6 @@ def main() -> int:
     parser.add_argument("--idle-seconds", type=float, default=60.0)
     parser.add_argument("--load-seconds", type=float, default=60.0)
     parser.add_argument("--pod-start-seconds", type=float, default=2.0)
-    parser.add_argument("--pod-cidr", default=None, help="sandbox up --pod-cidr (another sandbox runs here)")
     parser.add_argument("--dir", type=Path, default=None, help="sandbox folder (default: a temporary one)")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here too")
     args = parser.parse_args()
@@ -187,7 +186,7 @@ def main() -> int:
     began = time.monotonic()
     up_cmd = [*CLI, "sandbox", "up", "--dir", str(work), "--pod-start-seconds", str(args.pod_start_seconds)]
     up = subprocess.Popen(
-        up_cmd + (["--pod-cidr", args.pod_cidr] if args.pod_cidr else []),
+        up_cmd,
         stdout=log,
         stderr=subprocess.STDOUT,
     )

@@ -25,8 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from poolpilot.sandbox.controlplane import KWOK_POD_CIDR
-
 REPO = Path(__file__).resolve().parents[3]
 
 
@@ -39,7 +37,6 @@ class Sandbox:
     pod_start_s: float = 10.0
     scrape_interval_s: float = 5.0
     operator_args: tuple[str, ...] = ()
-    pod_cidr: str = KWOK_POD_CIDR  # kwok's pod IPs; two sandboxes on one machine need different ranges
     _stack: list[Any] = field(default_factory=list)
 
     def start(self) -> Sandbox:
@@ -53,7 +50,7 @@ class Sandbox:
 
         self.work_dir.mkdir(parents=True, exist_ok=True)
         try:
-            self.cluster = ControlPlane(self.work_dir / "cluster", kwok=True, pod_cidr=self.pod_cidr).start()
+            self.cluster = ControlPlane(self.work_dir / "cluster", kwok=True).start()
             self._stack.append(self.cluster)
             self.cluster.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
             self.api_client = self.cluster.api_client()
@@ -160,11 +157,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--no-operator", action="store_true", help="leave the operator out")
     up.add_argument("--pod-start-seconds", type=float, default=10.0, help="delay before a pod's model loads")
     up.add_argument("--scrape-interval-seconds", type=float, default=5.0)
-    up.add_argument(
-        "--pod-cidr",
-        default=KWOK_POD_CIDR,
-        help="pod IPs, inside 127.0.0.0/8 (a second sandbox on the same machine needs another range)",
-    )
     down = sub.add_parser("down", help="stop a sandbox started with `up --dir DIR`")
     down.add_argument("--dir", type=Path, required=True)
     preempt = sub.add_parser("preempt", help="delete a node at once, with its pods (a spot loss)")
@@ -213,7 +205,6 @@ def _up(args: argparse.Namespace) -> int:
         operator=not args.no_operator,
         pod_start_s=args.pod_start_seconds,
         scrape_interval_s=args.scrape_interval_seconds,
-        pod_cidr=args.pod_cidr,
     ).start()
     try:
         print(f"sandbox up in {time.monotonic() - began:.1f} s", flush=True)

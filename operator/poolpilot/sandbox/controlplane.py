@@ -545,13 +545,10 @@ class ControlPlane:
         audit: bool = False,
         scheduler: bool = False,
         kwok: bool = False,
-        pod_cidr: str = KWOK_POD_CIDR,
     ) -> None:
         self.scheduler = scheduler or kwok
         """Also run kube-scheduler (pods get bound to nodes)."""
         self.kwok = kwok
-        self.pod_cidr = pod_cidr
-        """kwok's pod IP range (inside 127.0.0.0/8); two sandboxes on one machine need different ones."""
         """Also run kwok: Nodes annotated `kwok.x-k8s.io/node: fake` become Ready and their pods Running, with
         pod IPs in KWOK_POD_CIDR (loopback: a process on this machine can serve at a pod's IP)."""
         self.audit = audit
@@ -904,7 +901,7 @@ class ControlPlane:
                     f"--config={config}",
                     "--manage-all-nodes=false",
                     f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
-                    f"--cidr={self.pod_cidr}",
+                    f"--cidr={KWOK_POD_CIDR}",
                     "--node-ip=127.0.0.1",
                     # Node leases, renewed by kwok as a kubelet would: without them the node lifecycle
                     # controller marks every node NotReady after its grace period, and their pods with it.
