@@ -66,7 +66,7 @@ class DemoConfig:
     work_dir: Path
     duration_s: float = 900.0
     trace: Path = loads.DEFAULT_TRACE
-    trace_start_s: float = 900.0
+    trace_start_s: float = 780.0
     time_compress: float = 3.0
     rate_scale: float = 3.0
     seed: int = 0
@@ -176,13 +176,17 @@ class Observer:
         self.core = kubernetes.client.CoreV1Api(box.api_client)
         self.custom = kubernetes.client.CustomObjectsApi(box.api_client)
 
+    def _raw(self, call: Any, *args: Any, **kwargs: Any) -> Any:
+        """The API's JSON as dicts (the client's model deserialisation costs far more CPU)."""
+        return json.loads(call(*args, _preload_content=False, **kwargs).data)
+
     def ready_pods(self) -> int:
-        pods: list[Any] = self.core.list_namespaced_pod(NAMESPACE, label_selector=f"app={DEPLOYMENT}").items
+        pods = self._raw(self.core.list_namespaced_pod, NAMESPACE, label_selector=f"app={DEPLOYMENT}")
         return sum(
             1
-            for p in pods
-            if p.metadata.deletion_timestamp is None
-            and any(c.type == "Ready" and c.status == "True" for c in (p.status.conditions or []))
+            for p in pods["items"]
+            if not p["metadata"].get("deletionTimestamp")
+            and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
         )
 
     def nodes(self) -> tuple[int, int]:
@@ -205,12 +209,12 @@ class Observer:
             return math.nan
 
     def sample(self, t_s: float) -> Sample:
-        dep = self.apps.read_namespaced_deployment(DEPLOYMENT, NAMESPACE)
+        dep = self._raw(self.apps.read_namespaced_deployment, DEPLOYMENT, NAMESPACE)
         status = self.pool_status()
         nodes, ready_nodes = self.nodes()
         return Sample(
             t_s=t_s,
-            replicas=int(dep.spec.replicas or 0),
+            replicas=int(dep["spec"].get("replicas") or 0),
             ready_replicas=self.ready_pods(),
             nodes=nodes,
             ready_nodes=ready_nodes,
@@ -249,12 +253,12 @@ def _wait(what: str, check: Any, timeout_s: float, box: Any) -> None:
     raise RuntimeError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
-def _progress(t_s: float, total_s: float, s: Sample, client_p99_ms: float) -> str:
+def _progress(t_s: float, total_s: float, s: Sample) -> str:
     decision = s.last_decision
     reasons = decision.get("reasons") or []
     last = f"{decision.get('action', '-')}: {reasons[0] if reasons else ''}"
     return (
-        f"[{t_s:5.0f}/{total_s:.0f} s] p99 {s.p99_signal_ms:5.0f} ms pods, {client_p99_ms:5.0f} ms client · "
+        f"[{t_s:5.0f}/{total_s:.0f} s] p99 {s.p99_signal_ms:5.0f} ms (pods, Prometheus) · "
         f"replicas {s.replicas} ({s.ready_replicas} ready) · nodes {s.ready_nodes}/{s.nodes} · "
         f"batching {s.batching.get('maxQueueDelayMicroseconds', '-')} µs "
         f"x{s.batching.get('instanceCount', '-')}"
@@ -310,12 +314,12 @@ def run_live(config: DemoConfig, trace: Trace, out: LiveRun) -> None:
         sampler = threading.Thread(target=_sample_loop, args=(obs, config, out, t0, stop), daemon=True)
         sampler.start()
         try:
-            report = asyncio.run(loadgen.run(lg_config, schedule, records=out.records))
+            out.loadgen_report = _run_loadgen(lg_config, schedule, config.work_dir / "loadgen", out)
         finally:
             stop.set()
             sampler.join(timeout=30)
         out.load_s = time.monotonic() - t0
-        out.loadgen_report = json.loads(report.to_json())
+        _align(out, float(out.loadgen_report["started_wall"]))
         out.events = obs.events()
         end = time.time()
         for key, promql in (("p99_ms", SUMMARY_P99), ("gpu_utilization", GPU_UTIL)):
@@ -327,6 +331,72 @@ def run_live(config: DemoConfig, trace: Trace, out: LiveRun) -> None:
     finally:
         box.stop()
         print("sandbox stopped", flush=True)
+
+
+def _run_loadgen(lg_config: Any, schedule: list[Any], work: Path, out: LiveRun) -> dict[str, Any]:
+    """The load generator in a process of its own (spawned), like a real client: the observer's API calls
+    and JSON decoding must not delay its sends or its latency clock (one GIL would). Its records come back
+    through its CSV (`poolpilot loadgen --csv`'s format); `out.records` grows as the sampler reads them."""
+    import multiprocessing
+
+    work.mkdir(parents=True, exist_ok=True)
+    records_csv, report_json = work / "requests.csv", work / "report.json"
+    ctx = multiprocessing.get_context("spawn")
+    child = ctx.Process(
+        target=_loadgen_child, args=(lg_config, schedule, records_csv, report_json), daemon=True
+    )
+    child.start()
+    try:
+        child.join()
+    finally:
+        if child.is_alive():  # interrupted: no load may outlive the demo
+            child.terminate()
+            child.join(10)
+    if child.exitcode != 0 or not report_json.exists():
+        raise RuntimeError(f"the load generator failed (exit code {child.exitcode})")
+    out.records = read_records(records_csv)
+    report: dict[str, Any] = json.loads(report_json.read_text())
+    return report
+
+
+def _align(out: LiveRun, loadgen_started_wall: float) -> None:
+    """Put the samples on the load generator's clock (its records count from its own start, a spawn later)."""
+    shift = loadgen_started_wall - out.started_wall
+    for s in out.samples:
+        s.t_s -= shift
+    for d in out.decisions:
+        d["t_s"] -= shift
+    out.started_wall = loadgen_started_wall
+
+
+def _loadgen_child(lg_config: Any, schedule: list[Any], records_csv: Path, report_json: Path) -> None:
+    from poolpilot import loadgen
+
+    records: list[Any] = []
+    started_wall = time.time()
+    report = asyncio.run(loadgen.run(lg_config, schedule, records=records))
+    loadgen.write_csv(records_csv, records)
+    report_json.write_text(json.dumps({**json.loads(report.to_json()), "started_wall": started_wall}))
+
+
+def read_records(path: Path) -> list[Any]:
+    """`loadgen.write_csv`'s rows back as RequestRecords."""
+    import csv
+
+    from poolpilot.loadgen import RequestRecord
+
+    with path.open(newline="") as fh:
+        return [
+            RequestRecord(
+                index=int(row["index"]),
+                url=row["url"],
+                intended_send_s=float(row["intended_send_s"]),
+                send_s=float(row["send_s"]),
+                latency_ms=float(row["latency_ms"]) if row["latency_ms"] else math.nan,
+                status=row["status"],
+            )
+            for row in csv.DictReader(fh)
+        ]
 
 
 def _sample_loop(obs: Observer, config: DemoConfig, out: LiveRun, t0: float, stop: threading.Event) -> None:
@@ -347,15 +417,8 @@ def _sample_loop(obs: Observer, config: DemoConfig, out: LiveRun, t0: float, sto
             out.decisions.append({"t_s": t_s, **s.last_decision})
         if t_s - last_print >= 10:
             last_print = t_s
-            print(_progress(t_s, config.duration_s, s, _client_p99(out.records, t_s)), flush=True)
+            print(_progress(t_s, config.duration_s, s), flush=True)
         stop.wait(max(0.0, config.scrape_interval_s - (time.monotonic() - t0 - t_s)))
-
-
-def _client_p99(records: list[Any], now_s: float, window_s: float = 60.0) -> float:
-    lat = [
-        r.latency_ms for r in list(records[-20000:]) if r.status == "success" and r.send_s >= now_s - window_s
-    ]
-    return float(np.percentile(lat, 99)) if lat else math.nan
 
 
 # --- metrics: the live run in `poolpilot simulate --json`'s keys -------------------------------------------

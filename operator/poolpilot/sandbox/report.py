@@ -169,7 +169,8 @@ def _decisions(doc: dict[str, Any]) -> list[str]:
 
 
 def seen(doc: dict[str, Any]) -> dict[str, str]:
-    """The first Event of each kind the issue asks for: scale-out, batching rollout, node order, scale-in."""
+    """The first Event of each kind the issue asks for while the load ran: scale-out, batching rollout, node
+    order, scale-in (the set-up's first node order is not one)."""
     wanted = {
         "scale-out": ("ScaledOut",),
         "batching rollout": ("BatchingRolloutStarted", "BatchingRolledOut"),
@@ -177,8 +178,10 @@ def seen(doc: dict[str, Any]) -> dict[str, str]:
         "scale-in": ("ScaledIn",),
     }
     out = {}
+    t0 = _num(doc["_run"].get("started_wall"))
+    during = [e for e in doc["_run"].get("events", []) if not _num(e.get("time")) < t0]  # not set up
     for label, reasons in wanted.items():
-        hit = next((e for e in doc["_run"].get("events", []) if e.get("reason") in reasons), None)
+        hit = next((e for e in during if e.get("reason") in reasons), None)
         out[label] = f"{hit['reason']}: {hit['message']}" if hit else "not seen"
     return out
 
