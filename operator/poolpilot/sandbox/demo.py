@@ -75,7 +75,18 @@ class DemoConfig:
     scrape_interval_s: float = 5.0
     batch_latency_ms: tuple[float, float] = (40.0, 30.0)
     initial_replicas: int = 3
-    drain_s: float = 0.0
+    # None: the pool's default (300 s) divided by time_compress — the trace's time runs K× faster, so do
+    # the policy's slow clocks; otherwise the fall of a 15-minute demo never reaches a scale-in.
+    scale_down_stabilization_s: int | None = None
+
+    @property
+    def stabilization_s(self) -> int:
+        if self.scale_down_stabilization_s is not None:
+            return self.scale_down_stabilization_s
+        from poolpilot.api.types import ReplicaSpec
+
+        default = int(ReplicaSpec.model_fields["scale_down_stabilization_seconds"].default)
+        return max(30, round(default / self.time_compress))
 
     def __post_init__(self) -> None:
         for name in ("duration_s", "time_compress", "rate_scale", "scrape_interval_s"):
@@ -110,6 +121,8 @@ def manifests(config: DemoConfig, repository: Path) -> dict[str, dict[str, Any]]
     """docs/examples/sandbox/ with the demo's node lead time, replicas and model repository (pure)."""
     docs = {p.name: example(p.name) for p in sorted(EXAMPLES.glob("*.yaml"))}
     docs["10-gpunodepool.yaml"]["spec"]["provisioningSeconds"] = config.node_provisioning_s
+    replicas = docs["40-inferencepool.yaml"]["spec"].setdefault("replicas", {})
+    replicas["scaleDownStabilizationSeconds"] = config.stabilization_s
     dep = docs["20-deployment.yaml"]
     dep["spec"]["replicas"] = config.initial_replicas
     dep["spec"]["template"]["metadata"]["annotations"]["sandbox.poolpilot.io/model-repository"] = str(
@@ -737,6 +750,10 @@ def add_arguments(parser: Any) -> None:
         help="the emulated GPU: A + B x batch ms (executor and simulator)",
     )  # fmt: skip
     parser.add_argument("--initial-replicas", type=int, default=d.initial_replicas)
+    parser.add_argument(
+        "--scale-down-stabilization-seconds", type=int, default=None, metavar="S",
+        help="the pool's scale-in window (default: 300 s / --time-compress)",
+    )  # fmt: skip
 
 
 def main(args: Any) -> int:
@@ -754,6 +771,7 @@ def main(args: Any) -> int:
             scrape_interval_s=args.scrape_interval_seconds,
             batch_latency_ms=args.batch_latency_ms,
             initial_replicas=args.initial_replicas,
+            scale_down_stabilization_s=args.scale_down_stabilization_seconds,
         )
         build_trace(config)  # bad trace flags fail here, before a cluster starts
     except ValueError as exc:
