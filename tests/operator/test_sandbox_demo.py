@@ -9,6 +9,7 @@ records, not something a test on a shared machine can hold.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 pytestmark = [pytest.mark.cluster, pytest.mark.prometheus, pytest.mark.slow]
+OPERATOR_SRC = Path(__file__).resolve().parents[2] / "operator"
 
 SIM_KEYS = {
     "policy", "slo_ms", "requests", "p99_ms", "slo_attainment_requests", "slo_attainment_windows",
@@ -31,7 +33,12 @@ def test_a_short_demo_writes_the_json_the_report_and_the_decisions(tmp_path: Pat
         sys.executable, "-m", "poolpilot.cli", "sandbox", "demo", "--dir", str(tmp_path / "run"),
         "--json", str(out), "--report", str(report), "--duration", "150", "--node-provisioning-seconds", "30",
     ]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1150, check=False)
+    # This checkout's package, whatever the venv has installed (a worktree, an editable install elsewhere).
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(OPERATOR_SRC), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1150, check=False, env=env)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert "replicas" in done.stdout and "/150 s]" in done.stdout, "no progress line"
 
