@@ -24,6 +24,8 @@ DEFAULT_A_MS: Final = 50.0
 DEFAULT_B_MS: Final = 2.19
 DEFAULT_TOKEN_REF: Final = 2048
 DEFAULT_TOKEN_MS_PER_1K: Final = 10.0
+DEFAULT_INSTANCE_INTERFERENCE: Final = 0.8
+"""Slowdown per other execution on the same GPU: a second instance buys ~10 % throughput."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,9 +36,10 @@ class GpuCurve:
     b_ms: float = DEFAULT_B_MS
     token_ms_per_1k: float = DEFAULT_TOKEN_MS_PER_1K
     token_ref: int = DEFAULT_TOKEN_REF
+    instance_interference: float = DEFAULT_INSTANCE_INTERFERENCE
 
     def __post_init__(self) -> None:
-        for name in ("a_ms", "b_ms", "token_ms_per_1k"):
+        for name in ("a_ms", "b_ms", "token_ms_per_1k", "instance_interference"):
             v = getattr(self, name)
             if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"{name} must be a number >= 0, got {v!r}")
@@ -50,9 +53,14 @@ class GpuCurve:
             ms += (self.token_ms_per_1k / 1000.0) * (max_tokens - self.token_ref)
         return ms
 
+    def shared_ms(self, ms: float, others: int) -> float:
+        """An execution of `ms` alone that starts while `others` executions run on the same GPU (instance
+        count > 1): (1 + instance_interference · others) times as long — the GPU's compute is shared."""
+        return ms * (1.0 + self.instance_interference * others) if others > 0 else ms
+
     def curve_ms(self, batch: int) -> float:
         """Latency without the token term: what a capacity planner assumes."""
         return self.a_ms + self.b_ms * batch
 
     def without_tokens(self) -> GpuCurve:
-        return GpuCurve(self.a_ms, self.b_ms, 0.0, self.token_ref)
+        return GpuCurve(self.a_ms, self.b_ms, 0.0, self.token_ref, self.instance_interference)

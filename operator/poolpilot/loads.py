@@ -320,3 +320,24 @@ def load_default_tokens() -> Trace | None:
         return load_azure_csv(DEFAULT_TRACE)
     except ValueError:
         return None
+
+
+def segment(trace: Trace, start_s: float, duration_s: float) -> Trace:
+    """The requests in `[start_s, start_s + duration_s)`, shifted to start at 0 (a window of a trace)."""
+    if not (start_s >= 0 and math.isfinite(start_s)):
+        raise LoadError(f"segment start must be >= 0 s, got {start_s}")
+    if not (duration_s > 0 and math.isfinite(duration_s)):
+        raise LoadError(f"segment duration must be > 0 s, got {duration_s}")
+    if start_s + duration_s > trace.duration_s:
+        raise LoadError(
+            f"segment [{start_s:g}, {start_s + duration_s:g}) s ends past the trace ({trace.duration_s:g} s)"
+        )
+    keep = (trace.arrival_s >= start_s) & (trace.arrival_s < start_s + duration_s)
+    return Trace(
+        arrival_s=trace.arrival_s[keep] - start_s,
+        context_tokens=trace.context_tokens[keep],
+        generated_tokens=trace.generated_tokens[keep],
+        duration_s=duration_s,
+        name=trace.name,
+        description=f"{trace.description}; segment [{start_s:g}, {start_s + duration_s:g}) s",
+    )

@@ -17,7 +17,7 @@ import pytest
 from tests import kube
 from tests.kube import TOLERATE_KWOK
 
-from poolpilot.sandbox.controlplane import KWOK_NODE_ANNOTATION, KWOK_POD_CIDR, ControlPlane
+from poolpilot.sandbox.controlplane import KWOK_NODE_ANNOTATION, ControlPlane
 
 pytestmark = pytest.mark.cluster
 
@@ -72,7 +72,7 @@ def test_gpu_pods_are_scheduled_onto_kwok_nodes_at_loopback_ips(cluster: Control
     )  # fmt: skip
     kube.apply(cp, deployment)
     kube.wait_for(lambda: phases(cp, ns) == {"Running": 3}, "3 pods Running")
-    cidr = ipaddress.ip_network(KWOK_POD_CIDR, strict=False)
+    cidr = ipaddress.ip_network(cp.pod_cidr, strict=False)
     ips = {p["status"]["podIP"] for p in pods(cp, ns)}
     assert len(ips) == 3 and all(ipaddress.ip_address(ip) in cidr and ip.startswith("127.") for ip in ips)
     assert {p["spec"]["nodeName"] for p in pods(cp, ns)} == {"gpu-0"}

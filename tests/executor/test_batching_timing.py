@@ -176,11 +176,17 @@ async def test_full_queue_answers_503(executor: ExecutorProcess) -> None:
         await client.close()
 
 
-def test_instances_execute_concurrently(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("interference", "overlap"), [("0", True), ("1", False)])
+def test_instances_share_the_gpu_as_the_simulator_does(
+    tmp_path: Path, interference: str, overlap: bool
+) -> None:
+    """Two instances run two executions at once; the second, started while the first runs, takes
+    (1 + emulated_instance_interference) times its time (`GpuCurve.shared_ms`, the simulator's rule)."""
     root = tmp_path / "models"
     write_emulated_model(
-        root, "two", latency_ms=(300, 0), max_batch_size=1, instance_count=2, dynamic_batching={}
-    )
+        root, "two", latency_ms=(300, 0), max_batch_size=1, instance_count=2, dynamic_batching={},
+        extra_parameters={"emulated_instance_interference": interference},
+    )  # fmt: skip
 
     async def run(url: str) -> float:
         client = aioclient.InferenceServerClient(url)
@@ -193,8 +199,10 @@ def test_instances_execute_concurrently(tmp_path: Path) -> None:
 
     with running_executor(root) as proc:
         elapsed = asyncio.run(run(proc.url))
-    # Two instances: two 300 ms batches overlap (≈0.3 s), a single instance would need ≥ 0.6 s.
-    assert elapsed < 0.55
+    if overlap:  # no interference: two 300 ms batches overlap (≈0.3 s); one instance would need ≥ 0.6 s
+        assert elapsed < 0.55
+    else:  # interference 1: the second execution takes 2 × 300 ms
+        assert elapsed >= 0.59
 
 
 def test_token_aware_emulated_latency(tmp_path: Path) -> None:

@@ -33,11 +33,12 @@ import numpy.typing as npt
 
 from poolpilot.executor import pb_utils
 from poolpilot.executor.tensors import CONFIG_TO_DATATYPE, numpy_dtype
-from poolpilot.gpucurve import DEFAULT_TOKEN_REF, GpuCurve
+from poolpilot.gpucurve import DEFAULT_INSTANCE_INTERFERENCE, DEFAULT_TOKEN_REF, GpuCurve
 
 EMULATED_LATENCY_KEY = "emulated_batch_latency_ms"
 EMULATED_TOKEN_KEY = "emulated_token_ms_per_1k"
 EMULATED_TOKEN_REF_KEY = "emulated_token_ref"
+EMULATED_INTERFERENCE_KEY = "emulated_instance_interference"
 RETIRED_TOKEN_KEY = "emulated_ms_per_token"  # summed tokens; replaced by the simulator's curve
 EMULATED_MEMORY_KEY = "emulated_instance_memory_mb"
 TOKENS_INPUT = "TOKENS"
@@ -149,13 +150,22 @@ def _emulated_curve(config: Mapping[str, Any]) -> GpuCurve:
         raise BackendError(
             f"parameter {EMULATED_TOKEN_REF_KEY} must be an integer, got {ref!r}", 400
         ) from None
+    interference = _param(config, EMULATED_INTERFERENCE_KEY)
     try:
-        return GpuCurve(a_ms, b_ms, per_1k, token_ref)
+        shared = float(interference) if interference else DEFAULT_INSTANCE_INTERFERENCE
+    except ValueError:
+        raise BackendError(
+            f"parameter {EMULATED_INTERFERENCE_KEY} must be a number, got {interference!r}", 400
+        ) from None
+    try:
+        return GpuCurve(a_ms, b_ms, per_1k, token_ref, shared)
     except ValueError as exc:
         field = str(exc).split(" ", 1)[0]
-        key = {"token_ms_per_1k": EMULATED_TOKEN_KEY, "token_ref": EMULATED_TOKEN_REF_KEY}.get(
-            field, EMULATED_LATENCY_KEY
-        )
+        key = {
+            "token_ms_per_1k": EMULATED_TOKEN_KEY,
+            "token_ref": EMULATED_TOKEN_REF_KEY,
+            "instance_interference": EMULATED_INTERFERENCE_KEY,
+        }.get(field, EMULATED_LATENCY_KEY)
         raise BackendError(f"parameter {key}: {exc}", 400) from None
 
 
@@ -173,6 +183,7 @@ class EmulatedBackend:
         self._inputs = list(config.get("input", []))
         self._outputs = list(config.get("output", []))
         self._memory = _memory_bytes(config)
+        self._running = 0  # executions in progress on this model's (emulated) GPU
 
     async def start_instances(self, count: int) -> None:
         return None
@@ -192,8 +203,15 @@ class EmulatedBackend:
         return self.curve.batch_ms(size, max_tokens) / 1000.0
 
     async def execute(self, batch: list[WorkItem]) -> BatchOutcome:
+        """Wait the batch's GPU time; with other executions of this model running (instance count > 1) the
+        GPU is shared as the simulator shares it (`GpuCurve.shared_ms`, fixed when the execution starts)."""
         t0 = time.monotonic_ns()
-        await asyncio.sleep(self.latency_s(batch))
+        others = self._running
+        self._running += 1
+        try:
+            await asyncio.sleep(self.curve.shared_ms(self.latency_s(batch), others))
+        finally:
+            self._running -= 1
         t1 = time.monotonic_ns()
         results = [ItemResult(self._outputs_for(item)) for item in batch]
         t2 = time.monotonic_ns()

@@ -3,6 +3,7 @@
     poolpilot sandbox up --dir DIR [--no-operator] [--pod-start-seconds S]   (foreground; Ctrl-C stops it)
     poolpilot sandbox down --dir DIR
     poolpilot sandbox preempt NODE --dir DIR                                 (a spot loss)
+    poolpilot sandbox demo --dir DIR --json OUT --report REPORT_DIR          (poolpilot.sandbox.demo)
 
 What runs: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok (GPU nodes without kubelets,
 pod IPs on loopback) built from their Go modules; the pod runner (each Triton pod's `tritonserver` command as
@@ -162,6 +163,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     preempt = sub.add_parser("preempt", help="delete a node at once, with its pods (a spot loss)")
     preempt.add_argument("node")
     preempt.add_argument("--dir", type=Path, required=True)
+    from poolpilot.sandbox import demo
+
+    demo.add_arguments(
+        sub.add_parser("demo", help="a trace segment through a live sandbox and the simulator, a report")
+    )
 
 
 def _env(directory: Path) -> dict[str, str]:
@@ -172,6 +178,10 @@ def _env(directory: Path) -> dict[str, str]:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.sandbox_command == "demo":
+        from poolpilot.sandbox import demo
+
+        return demo.main(args)
     if args.sandbox_command == "down":
         pid = int(_env(args.dir)["SANDBOX_PID"])
         os.kill(pid, signal.SIGTERM)

@@ -446,6 +446,38 @@ def write_kubeconfig(path: Path, server: str, pki: Pki, name: str = "poolpilot-t
 KWOK_VERSION = "v0.8.0"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_POD_CIDR = "127.1.0.1/16"
+"""kwok's pod CIDR before a sandbox claims its own (`PodCidrClaim`: the first free one from 127.2.0.0/16)."""
+
+
+class PodCidrClaim:
+    """A loopback /16 for one sandbox's pod IPs, held by an exclusive lock for the control plane's life.
+
+    Why: pods serve at their pod IPs with their container ports (8000, 8002), so two sandboxes on one machine
+    (two developers' runs, a test beside the demo) handing out the same pod IPs would bind — or worse, send
+    traffic to — each other's executors. The lock (`flock` on a file per /16 in the temp folder) is released
+    by the kernel when its holder dies, so a crashed sandbox never leaks its range. Claims start at 127.2:
+    127.0/16 is the host's own loopback and 127.1/16 what sandboxes used before this claim, unlocked."""
+
+    def __init__(self, lock_dir: Path | None = None) -> None:
+        import fcntl
+        import tempfile
+
+        folder = lock_dir or Path(tempfile.gettempdir()) / "poolpilot-pod-cidrs"
+        folder.mkdir(parents=True, exist_ok=True)
+        for second in range(2, 255):
+            fh = (folder / f"127.{second}.lock").open("w")
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                fh.close()
+                continue
+            self._fh = fh
+            self.cidr = f"127.{second}.0.1/16"
+            return
+        raise ControlPlaneError(f"no free loopback /16 for pod IPs: 253 sandboxes hold locks in {folder}")
+
+    def release(self) -> None:
+        self._fh.close()
 
 
 def kwok_files() -> tuple[Path, list[Path]]:
@@ -550,7 +582,10 @@ class ControlPlane:
         """Also run kube-scheduler (pods get bound to nodes)."""
         self.kwok = kwok
         """Also run kwok: Nodes annotated `kwok.x-k8s.io/node: fake` become Ready and their pods Running, with
-        pod IPs in KWOK_POD_CIDR (loopback: a process on this machine can serve at a pod's IP)."""
+        pod IPs in `pod_cidr` (loopback: a process on this machine can serve at a pod's IP)."""
+        self.pod_cidr = KWOK_POD_CIDR
+        """The pod IPs' range, claimed at start (`PodCidrClaim`): no two sandboxes share one."""
+        self._cidr_claim: PodCidrClaim | None = None
         self.audit = audit
         """Write the apiserver's audit log (every request at Metadata level: who, verb, resource), so a
         benchmark can count the API calls each client makes (`audit_events`)."""
@@ -887,6 +922,8 @@ class ControlPlane:
             self._wait("kube-scheduler", sched, f"kube-scheduler {url}", ok, deadline)
         if self.kwok:
             binary, stages = kwok_files()
+            self._cidr_claim = PodCidrClaim()
+            self.pod_cidr = self._cidr_claim.cidr
             config = self.work_dir / "kwok-stages.yaml"
             from poolpilot.sandbox.podrunner import runner_stages
 
@@ -901,7 +938,7 @@ class ControlPlane:
                     f"--config={config}",
                     "--manage-all-nodes=false",
                     f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
-                    f"--cidr={KWOK_POD_CIDR}",
+                    f"--cidr={self.pod_cidr}",
                     "--node-ip=127.0.0.1",
                     # Node leases, renewed by kwok as a kubelet would: without them the node lifecycle
                     # controller marks every node NotReady after its grace period, and their pods with it.
@@ -913,6 +950,9 @@ class ControlPlane:
             self._wait("kwok", kwok, f"kwok {url}", lambda: _http_ok(url), deadline)
 
     def _terminate_all(self) -> None:
+        if self._cidr_claim is not None:  # kwok is stopped below; its pod IPs go free with it
+            self._cidr_claim.release()
+            self._cidr_claim = None
         procs, self._procs = self._procs, []
         for p in reversed(procs):  # KCM, then apiserver, then etcd
             if p.popen.poll() is None:

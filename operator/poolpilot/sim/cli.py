@@ -23,7 +23,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from poolpilot.gpucurve import DEFAULT_A_MS, DEFAULT_B_MS, DEFAULT_TOKEN_MS_PER_1K, DEFAULT_TOKEN_REF
+from poolpilot.gpucurve import (
+    DEFAULT_A_MS,
+    DEFAULT_B_MS,
+    DEFAULT_INSTANCE_INTERFERENCE,
+    DEFAULT_TOKEN_MS_PER_1K,
+    DEFAULT_TOKEN_REF,
+)
 from poolpilot.loads import (
     DEFAULT_TRACE,
     LOAD_SHAPES,
@@ -118,7 +124,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--reload-s", type=float, default=30.0, help="batching change: background reload time"
     )
     parser.add_argument(
-        "--instance-interference", type=float, default=0.8,
+        "--instance-interference", type=float, default=DEFAULT_INSTANCE_INTERFERENCE,
         help="slowdown per other execution running on the same GPU (instance_count > 1)",
     )  # fmt: skip
     parser.add_argument("--scrape-interval-s", type=float, default=15.0, help="Prometheus scrape interval")

@@ -60,12 +60,29 @@ def node_pool_spec(params: SimParams) -> GPUNodePoolSpec:
 
 
 class PoolPilotController:
-    """The operator's pool tick in the loop, state carried like the operator's status."""
+    """The operator's pool tick in the loop, state carried like the operator's status.
 
-    def __init__(self, params: SimParams, *, mode: Mode = Mode.AUTO, name: str = "poolpilot") -> None:
+    `spec`, `node_pool` and `node_pool_name` replace the ones built from `SimParams` (the sandbox demo passes
+    the InferencePool and GPUNodePool it applies, so both run the same spec); `initial_batching` is the
+    batching the pods start with (Triton's default when None).
+    """
+
+    def __init__(
+        self,
+        params: SimParams,
+        *,
+        mode: Mode = Mode.AUTO,
+        name: str = "poolpilot",
+        spec: InferencePoolSpec | None = None,
+        node_pool: GPUNodePoolSpec | None = None,
+        node_pool_name: str = NODE_POOL_NAME,
+        initial_batching: BatchingConfig | None = None,
+    ) -> None:
         self.name = name
-        self.spec = pool_spec(params, mode=mode)
-        self.node_pool = node_pool_spec(params)
+        self.spec = spec if spec is not None else pool_spec(params, mode=mode)
+        self.node_pool = node_pool if node_pool is not None else node_pool_spec(params)
+        self.node_pool_name = node_pool_name
+        self.initial_batching = initial_batching
         self.interval_s = float(self.spec.tick_seconds)
         self.state: PoolState | None = None
         self.last_reasons: tuple[str, ...] = ()
@@ -88,7 +105,9 @@ class PoolPilotController:
         nodes: int | None = None
         reasons = decision.reasons
         if decision.node_demand is not None and self.spec.mode == Mode.AUTO:
-            sized = size_node_pool(self.node_pool, [decision.node_demand], obs.nodes, name=NODE_POOL_NAME)
+            sized = size_node_pool(
+                self.node_pool, [decision.node_demand], obs.nodes, name=self.node_pool_name
+            )
             if sized.changed:
                 nodes = sized.nodes
                 reasons = (*reasons, *sized.reasons)

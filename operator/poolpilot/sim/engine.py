@@ -269,7 +269,7 @@ class FleetEngine:
         n = len(arr)
         tok_get = tok.__getitem__
         batch_ms = p.gpu_curve.batch_ms
-        interf = p.instance_interference
+        shared_ms = p.gpu_curve.shared_ms
 
         heap: list[tuple[float, int, int, Any]] = []
         seq = itertools.count()
@@ -338,7 +338,7 @@ class FleetEngine:
                 nb = len(execute)
                 lat = batch_ms(nb, tok[execute[0]] if nb == 1 else max(map(tok_get, execute)))
                 if running:
-                    lat *= 1.0 + interf * running
+                    lat = shared_ms(lat, running)
                 else:
                     pod.busy_since = now
                 running += 1

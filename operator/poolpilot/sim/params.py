@@ -20,6 +20,7 @@ from typing import Literal
 from poolpilot.gpucurve import (
     DEFAULT_A_MS,
     DEFAULT_B_MS,
+    DEFAULT_INSTANCE_INTERFERENCE,
     DEFAULT_TOKEN_MS_PER_1K,
     DEFAULT_TOKEN_REF,
     GpuCurve,
@@ -41,7 +42,7 @@ class SimParams:
     token_mode: TokenMode = "max"
     token_ref: int = DEFAULT_TOKEN_REF
     token_ms_per_1k: float = DEFAULT_TOKEN_MS_PER_1K
-    instance_interference: float = 0.8
+    instance_interference: float = DEFAULT_INSTANCE_INTERFERENCE
     model_max_batch_size: int = 64
     # Node pool (GPUNodePool defaults of issue 3)
     gpus_per_node: int = 8
@@ -132,7 +133,9 @@ class SimParams:
     def gpu_curve(self) -> GpuCurve:
         """The GPU's batch-latency curve (the token term only with token_mode "max")."""
         tok = self.token_ms_per_1k if self.token_mode == "max" else 0.0
-        return GpuCurve(self.batch_latency_a_ms, self.batch_latency_b_ms, tok, self.token_ref)
+        return GpuCurve(
+            self.batch_latency_a_ms, self.batch_latency_b_ms, tok, self.token_ref, self.instance_interference
+        )
 
     def curve_ms(self, batch: int) -> float:
         """Batch latency without the token term: what a capacity planner would assume."""
