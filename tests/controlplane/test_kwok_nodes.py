@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from poolpilot.sandbox.controlplane import KWOK_NODE_ANNOTATION, KWOK_POD_CIDR, ControlPlane
+from poolpilot.sandbox.controlplane import KWOK_NODE_ANNOTATION, ControlPlane
 
 pytestmark = pytest.mark.cluster
 T = TypeVar("T")
@@ -113,7 +113,7 @@ def test_gpu_pods_are_scheduled_onto_kwok_nodes_at_loopback_ips(cluster: Control
     }
     cp.kubectl("apply", "-f", "-", input=json.dumps(deployment))
     wait_for(lambda: phases(cp, ns) == {"Running": 3}, "3 pods Running")
-    cidr = ipaddress.ip_network(KWOK_POD_CIDR, strict=False)
+    cidr = ipaddress.ip_network(cp.pod_cidr, strict=False)
     ips = {p["status"]["podIP"] for p in pods(cp, ns)}
     assert len(ips) == 3 and all(ipaddress.ip_address(ip) in cidr and ip.startswith("127.") for ip in ips)
     assert {p["spec"]["nodeName"] for p in pods(cp, ns)} == {"gpu-0"}

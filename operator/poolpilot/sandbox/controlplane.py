@@ -445,7 +445,19 @@ def write_kubeconfig(path: Path, server: str, pki: Pki, name: str = "poolpilot-t
 
 KWOK_VERSION = "v0.8.0"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
-KWOK_POD_CIDR = "127.1.0.1/16"
+
+
+def kwok_pod_cidr() -> str:
+    """A /16 of loopback for one cluster's pod IPs, picked at random (127.1–127.254).
+
+    Every pod's executor binds its pod IP with the container's ports (8000, 8002): two sandboxes on one
+    machine (CI jobs, developers, benchmarks) given the same range would hand out the same IPs, and the
+    second executor at an IP fails to bind. A random /16 per cluster makes that unlikely (1 in 254 per
+    pair); the range in use is `ControlPlane.pod_cidr`.
+    """
+    import secrets
+
+    return f"127.{1 + secrets.randbelow(254)}.0.1/16"
 
 
 def kwok_files() -> tuple[Path, list[Path]]:
@@ -545,12 +557,15 @@ class ControlPlane:
         audit: bool = False,
         scheduler: bool = False,
         kwok: bool = False,
+        pod_cidr: str | None = None,
     ) -> None:
         self.scheduler = scheduler or kwok
         """Also run kube-scheduler (pods get bound to nodes)."""
         self.kwok = kwok
         """Also run kwok: Nodes annotated `kwok.x-k8s.io/node: fake` become Ready and their pods Running, with
-        pod IPs in KWOK_POD_CIDR (loopback: a process on this machine can serve at a pod's IP)."""
+        pod IPs in `pod_cidr` (loopback: a process on this machine can serve at a pod's IP)."""
+        self.pod_cidr = pod_cidr or kwok_pod_cidr()
+        """The loopback range kwok gives pod IPs from (`kwok_pod_cidr()`: a random /16 per cluster)."""
         self.audit = audit
         """Write the apiserver's audit log (every request at Metadata level: who, verb, resource), so a
         benchmark can count the API calls each client makes (`audit_events`)."""
@@ -901,7 +916,7 @@ class ControlPlane:
                     f"--config={config}",
                     "--manage-all-nodes=false",
                     f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
-                    f"--cidr={KWOK_POD_CIDR}",
+                    f"--cidr={self.pod_cidr}",
                     "--node-ip=127.0.0.1",
                     # Node leases, renewed by kwok as a kubelet would: without them the node lifecycle
                     # controller marks every node NotReady after its grace period, and their pods with it.
