@@ -209,15 +209,17 @@ def test_a_recommend_pool_under_load_reports_and_changes_nothing(sandbox: Sandbo
             mode="Recommend",
             slo={"latencyTargetMs": 120, "marginRatio": 0.25},
             replicas={"min": 1, "max": 16, "scaleDownStabilizationSeconds": 30},
+            batching=OUT_OF_BOUNDS,  # in Auto, a batching change would be rolled out at once
         ),
     )
 
     # The load the Auto pool of test_sandbox_e2e scales out for: 40/s, then 3x, through the Service.
-    schedule = loadgen_schedule.synthetic("step", base_rps=40.0, duration_s=180.0, seed=11)
+    schedule = loadgen_schedule.synthetic("step", base_rps=40.0, duration_s=150.0, seed=11)
     config = loadgen.LoadgenConfig(
         urls=(), service=f"{ns}/chat-triton", kubeconfig=str(box.cluster.kubeconfig), model=MODEL
     )
     desired: list[int] = []
+    actions: list[str] = []
 
     async def drive() -> loadgen.LoadgenReport:
         stop = asyncio.Event()
@@ -227,6 +229,7 @@ def test_a_recommend_pool_under_load_reports_and_changes_nothing(sandbox: Sandbo
                 status = await asyncio.to_thread(pool_status, box, ns)
                 if "desiredReplicas" in status:
                     desired.append(status["desiredReplicas"])
+                    actions.append(status["lastDecision"]["action"])
                 await asyncio.sleep(2.0)
 
         watcher = asyncio.create_task(watch())
@@ -239,11 +242,15 @@ def test_a_recommend_pool_under_load_reports_and_changes_nothing(sandbox: Sandbo
     report = asyncio.run(drive())
     print_story(box, ns)
     print("desired replicas seen:", desired)
+    print("actions seen:", actions)
     assert report.sent == len(schedule)
 
     # The recommendation: the whole decision in the status, and an Event.
     status = pool_status(box, ns)
-    assert max(desired) > 2, "the 3x step should have made PoolPilot recommend more replicas"
+    # Changes were recommended (in Auto they would have been made): replicas and batching.
+    assert any(a.startswith("Recommend") for a in actions), actions
+    assert any(d != 2 for d in desired), desired
+    assert status["recommendedBatching"]["maxQueueDelayMicroseconds"] <= 2000
     for field in ("desiredReplicas", "recommendedBatching", "lastDecision", "signals", "nodeDemand"):
         assert field in status, field
     assert status["lastDecision"]["reasons"]
