@@ -10,6 +10,7 @@ under the chart's RBAC.
   the rollout is finished or rolled back from its progress in the status; every pod runs one config.
 - Metrics that do not describe the pool (the pods' pool label is wrong, so Prometheus has no series for
   it): the operator holds — no scale-in, no rollout — and says why; with the label fixed it acts again.
+- Prometheus down: the same hold, with the reason; once it is back the pool scales in.
 
 Each test has its own namespace and model repository; the sandbox is shared by the module.
 """
@@ -167,11 +168,15 @@ def deploy(box: Sandbox, ns: str, *, replicas: int, repository: Path, pool_label
     wait_for(lambda: len(ready_pods(box, ns)) == replicas, f"{replicas} Ready pods in {ns}", box, 180)
 
 
-def inference_pool(ns: str, **spec: Any) -> dict[str, Any]:
+def inference_pool(ns: str, *, node_pool: bool = True, **spec: Any) -> dict[str, Any]:
+    """The example pool in `ns`. Without its node pool, no GPUs are "already paid for": an idle pool
+    scales in (with one, it keeps the node's paid GPUs busy)."""
     pool = example("40-inferencepool.yaml")
     pool["metadata"]["namespace"] = ns
     pool["spec"]["tickSeconds"] = TICK_S
     pool["spec"].update(spec)
+    if not node_pool:
+        del pool["spec"]["nodePool"]
     return pool
 
 
@@ -420,7 +425,8 @@ def test_metrics_that_do_not_describe_the_pool_hold_it(sandbox: Sandbox, tmp_pat
         box,
         inference_pool(
             ns,
-            replicas={"min": 1, "max": 8, "scaleDownStabilizationSeconds": stabilisation_s},
+            node_pool=False,  # idle, on its metrics the pool would scale in
+            replicas={"min": 1, "max": 3, "scaleDownStabilizationSeconds": stabilisation_s},
             batching=OUT_OF_BOUNDS,  # a change would be due
         ),
     )
@@ -474,4 +480,49 @@ def test_metrics_that_do_not_describe_the_pool_hold_it(sandbox: Sandbox, tmp_pat
         box,
         300,
     )
+    cleanup(box, ns)
+
+
+@pytest.mark.timeout(900)
+def test_prometheus_down_holds_the_pool(sandbox: Sandbox, tmp_path: Path) -> None:
+    box, ns = sandbox, "dark"
+    deploy(box, ns, replicas=3, repository=model_repository(tmp_path))
+    stabilisation_s = 20
+
+    def unreachable() -> dict[str, Any] | None:
+        status = pool_status(box, ns)
+        reason = condition(status, "MetricsAvailable").get("reason")
+        return status if reason == "MetricsUnreachable" else None
+
+    # An idle pool that, on its metrics, scales in after the stabilisation window — Prometheus is down.
+    box.prometheus.stop()
+    try:
+        apply(
+            box,
+            inference_pool(
+                ns,
+                node_pool=False,
+                replicas={"min": 1, "max": 3, "scaleDownStabilizationSeconds": stabilisation_s},
+            ),
+        )
+        wait_for(unreachable, "MetricsAvailable=False (unreachable)", box, 60)
+        seen = set()
+        deadline = time.monotonic() + 3 * stabilisation_s
+        while time.monotonic() < deadline:
+            seen.add(get(box, "deployment", "chat-triton", "-n", ns)["spec"]["replicas"])
+            time.sleep(TICK_S)
+        status = pool_status(box, ns)
+        print_story(box, ns)
+        assert seen == {3}
+        assert status["lastDecision"]["action"] == "Hold", status["lastDecision"]
+        assert any("unreachable" in r for r in status["lastDecision"]["reasons"]), status["lastDecision"]
+        assert not pool_events(box, ns, "ScaledIn")
+        said = [e for e in pool_events(box, ns, "MetricsUnreachable") if e["type"] == "Warning"]
+        assert said, [(e["type"], e["reason"]) for e in pool_events(box, ns)]
+    finally:
+        box.prometheus.start()
+
+    # The control: with Prometheus back, the idle pool scales in (it was the outage that held it).
+    wait_for(lambda: pool_events(box, ns, "ScaledIn"), "a scale-in once Prometheus is back", box, 300)
+    assert get(box, "deployment", "chat-triton", "-n", ns)["spec"]["replicas"] < 3
     cleanup(box, ns)
