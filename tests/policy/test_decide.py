@@ -18,6 +18,7 @@ from poolpilot.policy import (
     PoolState,
     Signals,
     advance,
+    batching_failed,
     decide,
 )
 
@@ -509,3 +510,30 @@ def test_a_setting_that_missed_right_after_adoption_is_not_proposed_again(kit: S
     fresh = settled_state(20, kit.batching(0, 2), last_batching_change_s=NOW - 30)
     d3 = decide(spec, fresh, sig(700, 149, ready=20), NOW)
     assert d3.latency_model is not None and d3.latency_model.tabu == ()
+
+
+def test_a_reset_the_spec_bounds_force_waits_after_a_failed_rollout_and_never_retries_it(
+    kit: SimpleNamespace,
+) -> None:
+    # The pods run 5 ms; the spec now allows at most 2 ms, so a reset is due at once (forced)...
+    spec = kit.make_spec(
+        replicas={"min": 3, "max": 3},
+        batching={"maxQueueDelayMicroseconds": {"min": 0, "max": 2000}, "minSecondsBetweenChanges": 120},
+    )
+    running = kit.batching(5000)
+    state = settled_state(3, running)
+    first = decide(spec, state, sig(10, 60, ready=3), NOW)
+    assert "batching" in first.actions and first.batching.max_queue_delay_us == 2000
+    # ... but the rollout of 2 ms failed on a pod and was rolled back.
+    failed = batching_failed(advance(state, first, NOW), first.batching, running, NOW + 5)
+    assert failed.last_batching_failure_s == NOW + 5
+    # Within the rate limit: no batching change at all, not even the forced reset, and the reason says so.
+    for dt_s in (10, 60, 110):
+        held = decide(spec, failed, sig(10, 60, ready=3), NOW + 5 + dt_s)
+        assert "batching" not in held.actions, (dt_s, held.reasons)
+        assert any(r.startswith("batching reset deferred") for r in held.reasons), held.reasons
+    # After it: the reset goes ahead, but never to the setting that failed (2 ms is tabu for hours).
+    after = decide(spec, failed, sig(10, 60, ready=3), NOW + 5 + 130)
+    assert "batching" in after.actions
+    assert (after.batching.max_queue_delay_us, after.batching.instance_count) != (2000, 1)
+    assert after.batching.max_queue_delay_us <= 2000

@@ -7,6 +7,8 @@ Chosen by the model's config (see docs/executor.md):
   `emulated_token_ref` (default 2048) when the model has an integer input named TOKENS. Outputs are
   deterministic: output k is a copy of input k when their datatypes and dims agree, else zeros.
   The wait is an `asyncio.sleep`, so thousands of emulated inferences per second cost no threads.
+  `emulated_instance_load_s` (default 0) is how long each instance takes to initialise (weights onto
+  the GPU, warm-up): a load, a reload and an added instance take that long, as a real model does.
 - `backend: "python"` ⇒ `<repo>/<model>/<version>/model.py`'s `TritonPythonModel` is imported with
   `poolpilot.executor.pb_utils` standing in for `triton_python_backend_utils`; one instance object
   per `instance_group` count (Triton runs one stub process per instance); one `execute(requests)`
@@ -41,6 +43,7 @@ EMULATED_TOKEN_REF_KEY = "emulated_token_ref"
 EMULATED_INTERFERENCE_KEY = "emulated_instance_interference"
 RETIRED_TOKEN_KEY = "emulated_ms_per_token"  # summed tokens; replaced by the simulator's curve
 EMULATED_MEMORY_KEY = "emulated_instance_memory_mb"
+EMULATED_LOAD_KEY = "emulated_instance_load_s"
 TOKENS_INPUT = "TOKENS"
 
 
@@ -120,6 +123,17 @@ def _memory_bytes(config: Mapping[str, Any]) -> int:
         ) from None
 
 
+def _load_s(config: Mapping[str, Any]) -> float:
+    raw = _param(config, EMULATED_LOAD_KEY)
+    try:
+        seconds = float(raw) if raw else 0.0
+    except ValueError:
+        seconds = -1.0
+    if not 0.0 <= seconds <= 3600.0:
+        raise BackendError(f"parameter {EMULATED_LOAD_KEY} must be 0..3600 seconds, got {raw!r}", 400)
+    return seconds
+
+
 def _emulated_curve(config: Mapping[str, Any]) -> GpuCurve:
     """The model's `GpuCurve` from its parameters; errors name the parameter."""
     if _param(config, RETIRED_TOKEN_KEY) is not None:
@@ -184,9 +198,12 @@ class EmulatedBackend:
         self._outputs = list(config.get("output", []))
         self._memory = _memory_bytes(config)
         self._running = 0  # executions in progress on this model's (emulated) GPU
+        self._load_s = _load_s(config)
 
     async def start_instances(self, count: int) -> None:
-        return None
+        """Each instance takes `emulated_instance_load_s` to initialise, one after another."""
+        if self._load_s > 0:
+            await asyncio.sleep(self._load_s * count)
 
     async def stop_instances(self, count: int) -> None:
         return None

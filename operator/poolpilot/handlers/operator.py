@@ -13,7 +13,7 @@ from typing import Any
 
 import kopf
 
-from poolpilot.handlers import gpunodepool, inferencepool
+from poolpilot.handlers import gpunodepool, inferencepool, watchcache
 from poolpilot.handlers.services import Runtime, build_runtime, ensure_peering
 from poolpilot.settings import ANNOTATION_PREFIX, FINALIZER, LogFormat, OperatorSettings
 
@@ -58,6 +58,7 @@ def build_registry(settings: OperatorSettings) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     inferencepool.register(registry, cancellation_timeout_s=settings.daemon_cancellation_timeout_s)
     gpunodepool.register(registry, interval_s=settings.node_pool_interval_s)
+    watchcache.register(registry)
 
     async def startup(memo: kopf.Memo, **_: Any) -> None:
         # The Kubernetes client blocks: its calls run in the loop's default executor, whose stock size

@@ -6,11 +6,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from poolpilot.api import types as api
 from poolpilot.backends.batching import TritonBatching
 from poolpilot.backends.kube import KubernetesCluster, load_api_client
 from poolpilot.backends.metrics.prometheus import PrometheusSource
 from poolpilot.backends.nodepools.base import ProviderContext
 from poolpilot.backends.pods import KubernetesPods
+from poolpilot.backends.watchcache import CachedCluster, WatchCache
 from poolpilot.backends.workloads import KubernetesWorkloads
 from poolpilot.reconcile.inferencepool import Services
 from poolpilot.reconcile.signals import SignalCache
@@ -24,6 +26,8 @@ class Runtime:
     services: Services
     providers: ProviderContext
     api_client: Any = field(repr=False, default=None)
+    cache: WatchCache = field(default_factory=WatchCache)
+    """GPUNodePools and namespace labels from the watches (`handlers.watchcache`), read by every tick."""
 
     async def close(self) -> None:
         await self.services.signals.close()
@@ -36,8 +40,10 @@ def build_runtime(settings: OperatorSettings) -> Runtime:
     api_client = load_api_client()
     timeout_s = settings.request_timeout_s
     source = PrometheusSource(settings.prometheus)
+    cache = WatchCache()
+    cluster = KubernetesCluster(api_client, request_timeout_s=timeout_s)
     services = Services(
-        cluster=KubernetesCluster(api_client, request_timeout_s=timeout_s),
+        cluster=CachedCluster(cluster, cache, frozenset({api.GPU_NODE_POOL_PLURAL})),
         workloads=KubernetesWorkloads(api_client, request_timeout_s=timeout_s),
         signals=SignalCache(source, min_refresh_s=settings.prometheus.min_refresh_s, clock=time.monotonic),
         settings=settings,
@@ -46,7 +52,12 @@ def build_runtime(settings: OperatorSettings) -> Runtime:
             read_timeout_s=settings.batching_read_timeout_s, load_timeout_s=settings.batching_load_timeout_s
         ),
     )
-    return Runtime(services=services, providers=ProviderContext(api_client=api_client), api_client=api_client)
+    return Runtime(
+        services=services,
+        providers=ProviderContext(api_client=api_client),
+        api_client=api_client,
+        cache=cache,
+    )
 
 
 async def ensure_peering(runtime: Runtime, settings: OperatorSettings) -> None:

@@ -384,12 +384,20 @@ class _Tick:
             self.reasons.append(f"demand rising: sizing for {lam_plan:.0f}/s ({self.lam:.0f}/s now)")
         prob = self.problem(lam_plan, self.objective_ms)
 
+        held = self.held_after_failure()
         cur_d = _clamp(self.running.max_queue_delay_us, self.d_lo, self.d_hi)
         cur_k = _clamp(self.running.instance_count, self.k_lo, self.k_hi)
         delays = delay_candidates(self.d_lo, self.d_hi, cur_d, p.delay_grid_us)
         insts = instance_candidates(self.k_lo, self.k_hi, p.max_instance_candidates)
+        out_of_bounds = (cur_d, cur_k) != self.running_key()
+        if held:  # what runs stays, even outside the spec bounds, until the cooldown is over
+            cur_d, cur_k = self.running_key()
         cand_cur = fewest_replicas(prob, cur_d, cur_k)
         exclude = self.tabu(cand_cur, cur_d, cur_k)
+        if not held and out_of_bounds and (cur_d, cur_k) in exclude:
+            # The spec bounds moved the running setting to one that failed: the nearest one that did not.
+            cur_d, cur_k = self.nearest_allowed(cur_d, cur_k, delays, insts, exclude)
+            cand_cur = fewest_replicas(prob, cur_d, cur_k)
         cand_best = cheapest(prob, delays, insts, (cur_d, cur_k), exclude=exclude)
 
         # Feedback guard: a measured breach acts now, in proportion to it.
@@ -445,7 +453,7 @@ class _Tick:
         forced_bits = []
         if state.batching is None:
             forced_bits.append("running batching unknown")
-        if (cur_d, cur_k) != (running.max_queue_delay_us, running.instance_count):
+        if out_of_bounds:
             forced_bits.append("running delay/instances outside spec bounds")
         if running.max_batch_size != self.max_batch and not oom:
             forced_bits.append(f"max batch size {running.max_batch_size}→{self.max_batch}")
@@ -457,6 +465,13 @@ class _Tick:
             forced_bits.append("preferred batch sizes from spec")
         if running.max_queue_size != spec.batching.queue_policy.max_queue_size:
             forced_bits.append("max queue size from spec")
+        if held and forced_bits:
+            since_failure = _since(self.now, state.last_batching_failure_s)
+            self.reasons.append(
+                f"batching reset deferred ({', '.join(forced_bits)}): a rollout failed and was rolled back "
+                f"{since_failure:.0f} s ago; not before {spec.batching.min_seconds_between_changes} s"
+            )
+            forced_bits = []
         forced = bool(forced_bits) or oom
         since_change = _since(self.now, state.last_batching_change_s)
         change_allowed = since_change >= spec.batching.min_seconds_between_changes
@@ -637,6 +652,8 @@ class _Tick:
             queue_timeout_us=timeout,
             max_queue_size=spec.batching.queue_policy.max_queue_size,
         )
+        if held and not emergency and state.batching is not None:
+            new_batching = state.batching
         batching_changed = state.batching is None or _normal(new_batching) != _normal(state.batching)
         if batching_changed and scale_in:  # by construction impossible; keep the invariant explicit
             raise AssertionError("policy bug: batching change and scale-in in one tick")
@@ -808,6 +825,25 @@ class _Tick:
                 f"fill paid nodes: {fill} replicas on GPUs already paid for (the plan needs {planned})"
             )
         return max(planned, fill), planned, r_ahead
+
+    def running_key(self) -> tuple[int, int]:
+        return (self.running.max_queue_delay_us, self.running.instance_count)
+
+    def held_after_failure(self) -> bool:
+        """A rollout failed and was rolled back within the rate limit: no batching change, not even one the
+        spec bounds force (found on the sandbox: a reset one pod could not load was retried every tick)."""
+        since = _since(self.now, self.state.last_batching_failure_s)
+        return self.state.batching is not None and since < self.spec.batching.min_seconds_between_changes
+
+    @staticmethod
+    def nearest_allowed(
+        d: int, k: int, delays: Sequence[int], insts: Sequence[int], exclude: Sequence[tuple[int, int]]
+    ) -> tuple[int, int]:
+        """The (delay, instances) within bounds nearest to (d, k) that is not excluded; (d, k) if none is."""
+        allowed = [(dd, kk) for kk in insts for dd in delays if (dd, kk) not in exclude]
+        if not allowed:
+            return d, k
+        return min(allowed, key=lambda c: (abs(c[1] - k), abs(c[0] - d), c))
 
     def tabu(self, cand_cur: Candidate, cur_d: int, cur_k: int) -> tuple[tuple[int, int], ...]:
         """Settings not to propose now; records the running one when it failed soon after adoption."""

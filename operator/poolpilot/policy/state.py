@@ -37,13 +37,20 @@ def batching_failed(
 ) -> PoolState:
     """The state after a batching rollout of `failed` was rolled back to `previous` at `now_s`.
 
-    The pods run `previous` again, the rollback counts as a change (its cooldown applies), and the failed
-    (delay, instances) setting joins the tabu list: the policy does not propose it again before
-    `params.tabu_s` has passed — a reload that failed once (out of memory, a bad config) fails again.
+    The pods run `previous` again, the rollback counts as a change (its cooldown applies — to a reset the
+    spec bounds force too, `last_batching_failure_s`), and the failed (delay, instances) setting joins the
+    tabu list: the policy does not propose it again before `params.tabu_s` has passed — a reload that
+    failed once (out of memory, a bad config) fails again.
     """
     model = state.latency_model or prior_model(params)
     key = (failed.max_queue_delay_us, failed.instance_count)
     tabu = [e for e in model.tabu if (e[0], e[1]) != key and e[2] > now_s]
     tabu.append((key[0], key[1], now_s + params.tabu_s))
     model = replace(model, tabu=tuple(tabu[-params.tabu_max_entries :]))
-    return replace(state, batching=previous, latency_model=model, last_batching_change_s=now_s)
+    return replace(
+        state,
+        batching=previous,
+        latency_model=model,
+        last_batching_change_s=now_s,
+        last_batching_failure_s=now_s,
+    )

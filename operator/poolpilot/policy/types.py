@@ -114,6 +114,7 @@ class PoolState:
     last_batching_change_s: float | None = None
     last_scale_change_s: float | None = None
     last_scale_up_s: float | None = None
+    last_batching_failure_s: float | None = None  # when a rollout last failed and was rolled back
 
 
 @dataclass(frozen=True, slots=True)

@@ -135,8 +135,21 @@ class OperatorProcess:
         self.log = log
         self.liveness_port = liveness_port
         self.metrics_port = metrics_port
+        self._cmd, self._env = list(cmd), dict(env)
         with log.open("wb") as out:
-            self.proc = subprocess.Popen(list(cmd), env=dict(env), stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(self._cmd, env=self._env, stdout=out, stderr=subprocess.STDOUT)
+
+    def kill(self) -> None:
+        """SIGKILL, as a node loss or an OOM kill ends a pod: no graceful exit, nothing flushed."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+    def restart(self) -> None:
+        """Start the same command again once the process is gone (a restarted pod); the log is appended."""
+        assert self.proc.poll() is not None, "restart: the operator is still running"
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(self._cmd, env=self._env, stdout=out, stderr=subprocess.STDOUT)
 
     def healthy(self) -> bool:
         try:
