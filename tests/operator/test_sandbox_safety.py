@@ -23,13 +23,13 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 import tritonclient.http as triton_http
-import yaml
+from tests import kube
 
 from poolpilot import loadgen
 from poolpilot.backends.batching import batching_of
@@ -38,9 +38,13 @@ from poolpilot.policy.types import BatchingConfig
 from poolpilot.sandbox.cli import Sandbox
 from poolpilot.sandbox.podrunner import REPOSITORY_ANNOTATION
 
-pytestmark = [pytest.mark.cluster, pytest.mark.prometheus, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.prometheus,
+    pytest.mark.slow,
+    pytest.mark.sandbox(pod_start_s=2.0, scrape_interval_s=2.0),
+]
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "docs" / "examples" / "sandbox"
 MODELS = REPO / "executor_image" / "emulated_repository"
 MODEL = "llm_emulated"
 TICK_S = 5
@@ -49,55 +53,35 @@ OUT_OF_BOUNDS = {"maxQueueDelayMicroseconds": {"min": 0, "max": 2000}}
 T = TypeVar("T")
 
 
-@pytest.fixture(scope="module")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
-    box = Sandbox(tmp_path_factory.mktemp("sandbox"), pod_start_s=2.0, scrape_interval_s=2.0).start()
-    try:
-        node_pool = example("10-gpunodepool.yaml")
-        node_pool["spec"]["provisioningSeconds"] = 10
-        node_pool["spec"]["nodes"] = {"min": 1, "max": 4}
-        apply(box, node_pool)
-        yield box
-    finally:
-        box.stop()
+@pytest.fixture(scope="module", autouse=True)
+def _node_pool(sandbox: Sandbox) -> None:
+    """The example GPUNodePool with a short lead time, shared by this module's pools."""
+    node_pool = example("10-gpunodepool.yaml")
+    node_pool["spec"]["provisioningSeconds"] = 10
+    node_pool["spec"]["nodes"] = {"min": 1, "max": 4}
+    apply(sandbox, node_pool)
 
 
 # ------------------------------------------------------------------------------------------- helpers
 
-
-def example(name: str) -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load((EXAMPLES / name).read_text())
-    return loaded
+example = kube.sandbox_example
 
 
 def apply(box: Sandbox, obj: dict[str, Any]) -> None:
-    box.cluster.kubectl("apply", "-f", "-", input=json.dumps(obj))
+    kube.apply(box.cluster, obj)
 
 
 def get(box: Sandbox, *args: str) -> dict[str, Any]:
-    parsed: dict[str, Any] = json.loads(box.cluster.kubectl("get", *args, "-o", "json").stdout)
-    return parsed
+    return kube.get(box.cluster, *args)
 
 
 def wait_for(fn: Callable[[], T | None], what: str, box: Sandbox, timeout_s: float = 120) -> T:
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(1.0)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})\n{box.operator_process.tail()}")
+    """Poll every second; on timeout the operator's log tail is in the message (it may be restarting)."""
+    return kube.wait_for(fn, what, timeout_s, interval_s=1.0, logs=[box.operator_process])
 
 
 def ready_pods(box: Sandbox, ns: str) -> list[dict[str, Any]]:
-    items = get(box, "pods", "-n", ns, "-l", "app=chat-triton")["items"]
-    pods = [
-        p
-        for p in items
-        if not p["metadata"].get("deletionTimestamp")
-        and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
-    ]
+    pods = kube.ready_pods(box.cluster, ns, "app=chat-triton")
     return sorted(pods, key=lambda p: str(p["metadata"]["name"]))
 
 
