@@ -78,6 +78,11 @@ class PolicyParams:
     guard_max_step_ratio: float = 2.0
     # (90 s > settle_s: the model learns from one settled tick between two guard steps.)
     guard_cooldown_s: float = 90.0
+    guard_queue_share: float = 0.1
+    """A breach counts as execution-bound (no scale-out, "infeasible at any fleet size") only when the
+    measured mean queue time is at most this share of the target: the latency is then in execution,
+    which replicas do not shorten. Above it, the queue is evidence of a capacity problem whatever the
+    model says (a model that underestimates queueing learns the queue as an additive tail)."""
     # An emergency delay cut only when the delay is at least this share of the measured p99.
     guard_min_delay_share: float = 0.02
 
@@ -93,6 +98,14 @@ class PolicyParams:
     forecast_min_rise_ratio: float = 0.10
     # A forecast never adds more than this share of the current demand (see `_Tick.forecast`).
     forecast_max_rise_ratio: float = 0.10
+    min_fit_samples: int = 4
+    """Settled observations of the pool's own executions before a batching change is made for a saving.
+
+    4 ≈ one minute of 15 s ticks after the settle time. Before that the latency line is the prior,
+    which can be far from the pool (a different GPU, model or token mix); a reload proposed on it alone
+    once cost a 240-replica fleet its objective for good. Forced changes, leaving a setting the model
+    deems infeasible, and rollbacks are not gated.
+    """
     # A batching setting that misses the objective within `tabu_after_change_s` of being adopted is
     # not proposed again for `tabu_s` (its prediction was wrong; trying it every hour is a limit cycle).
     tabu_after_change_s: float = 900.0
