@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -20,21 +21,25 @@ def hist(rates: list[float], step_s: float = 15.0) -> tuple[HistoryEntry, ...]:
     )
 
 
+def fc_of(now: float, h: tuple[HistoryEntry, ...], pod_s: float = 75.0, node_s: float = 360.0) -> Any:
+    return forecast_demand(
+        now,
+        h,
+        NOW,
+        pod_reaction_s=pod_s,
+        node_reaction_s=node_s,
+        trend_window_s=300.0,
+        min_rise_ratio=0.1,
+        max_rise_ratio=0.1,
+    )
+
+
 def test_a_burst_is_remembered_for_the_reaction_time_and_no_longer() -> None:
     # A 600/s burst 2 minutes ago, 100/s since.
     h = hist([600.0] + [100.0] * 7)
     assert recent_peak(100.0, h, NOW, 75.0) == 100.0  # pods react in 75 s: the burst is older
     assert recent_peak(100.0, h, NOW, 360.0) == 600.0  # nodes take 6 min: it can come back first
-    fc = forecast_demand(
-        100.0,
-        h,
-        NOW,
-        pod_reaction_s=75.0,
-        node_reaction_s=360.0,
-        trend_window_s=300.0,
-        min_rise_ratio=0.1,
-        max_rise_ratio=0.1,
-    )
+    fc = fc_of(100.0, h)
     assert fc.replicas_per_s == 100.0
     assert fc.nodes_per_s == 600.0
     assert fc.trend_per_s2 == 0.0  # falling: no trend
@@ -51,16 +56,7 @@ def test_a_rising_trend_adds_at_most_its_cap() -> None:
 
 def test_ripple_is_not_a_trend() -> None:
     h = hist([100.0, 101.0, 100.5, 101.5, 101.0, 102.0])
-    fc = forecast_demand(
-        102.0,
-        h,
-        NOW,
-        pod_reaction_s=75.0,
-        node_reaction_s=360.0,
-        trend_window_s=300.0,
-        min_rise_ratio=0.1,
-        max_rise_ratio=0.1,
-    )
+    fc = fc_of(102.0, h)
     assert fc.trend_per_s2 == 0.0
     assert fc.replicas_per_s == fc.nodes_per_s == 102.0
 
@@ -68,16 +64,7 @@ def test_ripple_is_not_a_trend() -> None:
 def test_envelopes_are_ordered_and_never_below_now() -> None:
     h = hist([50.0, 400.0, 20.0, 300.0, 10.0])
     for now in (0.0, 5.0, 500.0):
-        fc = forecast_demand(
-            now,
-            h,
-            NOW,
-            pod_reaction_s=40.0,
-            node_reaction_s=200.0,
-            trend_window_s=300.0,
-            min_rise_ratio=0.1,
-            max_rise_ratio=0.1,
-        )
+        fc = fc_of(now, h, 40.0, 200.0)
         assert now <= fc.replicas_per_s <= fc.nodes_per_s
 
 
