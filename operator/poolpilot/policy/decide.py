@@ -371,40 +371,9 @@ class _Tick:
         exclude = self.tabu(cand_cur, cur_d, cur_k)
         cand_best = cheapest(prob, delays, insts, (cur_d, cur_k), exclude=exclude)
 
-        # Feedback guard: a measured breach acts now, in proportion to it.
+        # Guard stage: a measured breach acts now, in proportion to it.
         measured = sig.p99_ms
-        breach = (
-            _finite(measured)
-            and measured > self.target_ms
-            and self.requests_in_window >= _MIN_REQUESTS_FOR_BREACH
-        )
-        ratio = measured / self.target_ms if breach else 1.0
-        r_guard = 0
-        self.floor_note = ""
-        if breach:
-            step = math.ceil(max(self.ready, 1) * min(ratio, p.guard_max_step_ratio))
-            step = min(max(step, self.ready + 1), self.r_hi)
-            # Scale out only if the (corrected) model says more replicas lower the p99: a breach at
-            # the latency floor (one batch is already too slow) is not a capacity problem.
-            # The probe is at least twice the ready replicas: a batcher that never idles gains little
-            # per replica until the per-replica gap outlasts an execution, then a lot (docs/policy.md).
-            probe = max(step, min(2 * max(self.ready, 1), self.r_hi))
-            p_now, _ = self.predict(max(self.ready, 1), cur_d, cur_k, lam_plan)
-            p_more, _ = self.predict(probe, cur_d, cur_k, lam_plan)
-            helps = not (math.isfinite(p_now) and p_more > 0.95 * p_now)
-            bound = self.execution_bound(cur_d, cur_k, lam_plan)
-            if bound:
-                self.floor_note = f"more replicas would not help ({bound})"
-                r_guard = R
-            elif not helps:
-                self.floor_note = (
-                    f"more replicas would not help (predicted {p_now:.0f} ms now, {p_more:.0f} ms at {probe})"
-                )
-                r_guard = R
-            elif _since(self.now, state.last_scale_up_s) >= p.guard_cooldown_s:
-                r_guard = max(R + 1 if self.ready >= R else R, step)
-            else:
-                r_guard = R
+        breach, ratio, r_guard = self.guard(cur_d, cur_k, lam_plan)
         need = max(cand_best.replicas, r_guard)
         # A pod waiting for a node the pool asked for is not lost before that node's lead time is up.
         grace_s = p.lost_capacity_grace_s
@@ -818,6 +787,43 @@ class _Tick:
         if breach:
             replicas = max(replicas, self.state.replicas)
         return replicas, planned, r_ahead
+
+    def guard(self, d: int, k: int, lam: float) -> tuple[bool, float, int]:
+        """Guard stage: (breach, measured/target, replicas the measured breach asks for; 0 = none).
+
+        A breach scales out in proportion to it (at most `guard_max_step_ratio` per tick, one step per
+        `guard_cooldown_s`), but only when more replicas lower the p99: not when the breach is
+        execution-bound (`execution_bound`), nor when the corrected model gains under 5 % from at least
+        twice the ready replicas (a batcher that never idles gains little per replica until the
+        per-replica gap outlasts an execution, then a lot: docs/policy.md).
+        """
+        p, R, measured = self.p, self.state.replicas, self.sig.p99_ms
+        breach = (
+            _finite(measured)
+            and measured > self.target_ms
+            and self.requests_in_window >= _MIN_REQUESTS_FOR_BREACH
+        )
+        self.floor_note = ""
+        if not breach:
+            return False, 1.0, 0
+        ratio = measured / self.target_ms
+        step = math.ceil(max(self.ready, 1) * min(ratio, p.guard_max_step_ratio))
+        step = min(max(step, self.ready + 1), self.r_hi)
+        probe = max(step, min(2 * max(self.ready, 1), self.r_hi))
+        p_now, _ = self.predict(max(self.ready, 1), d, k, lam)
+        p_more, _ = self.predict(probe, d, k, lam)
+        bound = self.execution_bound(d, k, lam)
+        if bound:
+            self.floor_note = f"more replicas would not help ({bound})"
+            return True, ratio, R
+        if math.isfinite(p_now) and p_more > 0.95 * p_now:
+            self.floor_note = (
+                f"more replicas would not help (predicted {p_now:.0f} ms now, {p_more:.0f} ms at {probe})"
+            )
+            return True, ratio, R
+        if _since(self.now, self.state.last_scale_up_s) < p.guard_cooldown_s:
+            return True, ratio, R
+        return True, ratio, max(R + 1 if self.ready >= R else R, step)
 
     def execution_bound(self, d: int, k: int, lam: float) -> str:
         """Why the objective is out of reach at any fleet size, or "" when it may not be.
