@@ -21,7 +21,13 @@ def hist(rates: list[float], step_s: float = 15.0) -> tuple[HistoryEntry, ...]:
     )
 
 
-def fc_of(now: float, h: tuple[HistoryEntry, ...], pod_s: float = 75.0, node_s: float = 360.0) -> Any:
+def fc_of(
+    now: float,
+    h: tuple[HistoryEntry, ...],
+    pod_s: float = 75.0,
+    node_s: float = 360.0,
+    covered_s: tuple[float, float] = (0.0, 0.0),
+) -> Any:
     return forecast_demand(
         now,
         h,
@@ -31,6 +37,8 @@ def fc_of(now: float, h: tuple[HistoryEntry, ...], pod_s: float = 75.0, node_s: 
         trend_window_s=300.0,
         min_rise_ratio=0.1,
         max_rise_ratio=0.1,
+        measure_window_s=covered_s[0],
+        tick_s=covered_s[1],
     )
 
 
@@ -74,3 +82,15 @@ def test_nan_and_future_entries_are_ignored() -> None:
         HistoryEntry(time_s=NOW + 30, replicas=1, rate_per_s=900.0),
     )
     assert recent_peak(10.0, h, NOW, 300.0) == 10.0
+
+
+def test_what_the_measurement_window_covers_is_not_counted_twice() -> None:
+    """A 60 s rate and the next tick cover 75 s: the replica lever (75 s) gets no look-back, nodes 285 s."""
+    h = hist([160.0] + [100.0] * 11 + [130.0])  # a noisy sample one tick ago; a peak 195 s ago
+    fc = fc_of(100.0, h, covered_s=(60.0, 15.0))
+    assert fc.trend_per_s2 == 0.0
+    assert fc.replicas_per_s == 100.0
+    assert fc.nodes_per_s == 160.0
+    old = hist([400.0] + [100.0] * 20)  # 315 s ago: beyond the node look-back of 285 s
+    assert fc_of(100.0, old).nodes_per_s == 400.0  # nothing covered: the whole 360 s
+    assert fc_of(100.0, old, covered_s=(60.0, 15.0)).nodes_per_s == 100.0

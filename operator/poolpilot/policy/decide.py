@@ -27,6 +27,7 @@ from poolpilot.policy.model import (
     Estimate,
     corrected,
     estimate,
+    instance_offset_scale,
     observe,
     pessimistic,
     prior_model,
@@ -352,6 +353,7 @@ class _Tick:
             min_replicas=self.r_lo,
             max_replicas=self.r_hi,
             params=self.p,
+            running_instances=self.running.instance_count,
         )
 
     def run(self) -> Decision:
@@ -489,10 +491,14 @@ class _Tick:
                     best_strict = cheapest(strict, delays, insts, (cur_d, cur_k))
                     # ... and the saving must be one the scale-in tolerance lets through: a reload that
                     # buys replicas the pool will not release only moves it along the cliff.
+                    # The saving is the setting's own (what the running setting needs under the same
+                    # dead-band, capped at R), not the fleet's surplus, which a scale-in reclaims without
+                    # a reload.
+                    base = min(R, r_strict)
                     better = (
                         best_strict.feasible
-                        and best_strict.replicas < min(R, r_strict)
-                        and self.worth_a_reload(R - best_strict.replicas, R)
+                        and best_strict.replicas < base
+                        and self.worth_a_reload(base - best_strict.replicas, base)
                     )
             else:
                 # An infeasible running setting is left for a feasible one even at more replicas: the
@@ -500,7 +506,10 @@ class _Tick:
                 better = (
                     rollback
                     or (cand_best.feasible and not cand_cur.feasible)
-                    or (cand_best.feasible and self.worth_a_reload(cand_cur.replicas - cand_best.replicas, R))
+                    or (
+                        cand_best.feasible
+                        and self.worth_a_reload(cand_cur.replicas - cand_best.replicas, cand_cur.replicas)
+                    )
                     or (
                         not cand_cur.feasible
                         and not cand_best.feasible
@@ -932,6 +941,8 @@ class _Tick:
             trend_window_s=p.forecast_window_s,
             min_rise_ratio=p.forecast_min_rise_ratio,
             max_rise_ratio=p.forecast_max_rise_ratio,
+            measure_window_s=_P99_WINDOW_S,
+            tick_s=float(self.spec.tick_seconds),
         )
         if fc.replicas_per_s > self.lam * 1.005:
             why = "rising" if fc.trend_per_s2 > 0 else "peaked within the pod start"
@@ -954,7 +965,8 @@ class _Tick:
             params=self.p,
             replicas=replicas,
         )
-        return corrected(self.model, est.p99_ms), est.utilization
+        scale = instance_offset_scale(k, self.running.instance_count, self.p)
+        return corrected(self.model, est.p99_ms, scale), est.utilization
 
     def estimate_running(self, model: LatencyModel) -> Estimate:
         """The model's view of the running configuration at the measured load (ready replicas)."""

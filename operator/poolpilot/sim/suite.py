@@ -514,7 +514,15 @@ def main(args: Any) -> int:
     if jobs < 1:
         print("poolpilot bench: error: --jobs must be >= 1", file=sys.stderr)
         return 2
-    specs = [draw_spec(args.seeds, i, args.duration) for i in range(args.count)]
+    only = getattr(args, "index", None)
+    if only is not None and not all(0 <= i < args.count for i in only):
+        print(f"poolpilot bench: error: --index must be in [0, {args.count})", file=sys.stderr)
+        return 2
+    indices = sorted(set(only)) if only is not None else list(range(args.count))
+    left_out = [i for i in range(args.count) if i not in indices]
+    if left_out:
+        print(f"suite: --index leaves out scenarios {', '.join(map(str, left_out))}", flush=True)
+    specs = [draw_spec(args.seeds, i, args.duration) for i in indices]
     cache_dir = args.cache_dir or Path(f"suite-cache/{args.seeds}-{args.duration:g}s")
     t0 = time.perf_counter()
 
