@@ -580,3 +580,14 @@ def test_an_objective_no_fleet_can_meet_is_named_and_buys_nothing(kit: SimpleNam
     )
     assert d.replicas <= 8, d.reasons
     assert any(r.startswith("objective infeasible at any fleet size") for r in d.reasons), d.reasons
+
+
+def test_a_surplus_is_released_before_a_reload_for_a_saving(kit: SimpleNamespace) -> None:
+    """10 replicas where the running setting needs 3: scale in first, weigh the reload at the new size."""
+    spec = kit.make_spec()
+    state = settled_state(10, kit.batching(50_000, instances=2), need=10)
+    d = decide(spec, state, sig(60, 120, ready=10), NOW)
+    assert "batching" not in d.actions, d.reasons
+    assert any(
+        r.startswith("batching change for a saving deferred: 10 replicas hold a surplus") for r in d.reasons
+    )

@@ -500,6 +500,15 @@ class _Tick:
                         and best_strict.replicas < base
                         and self.worth_a_reload(base - best_strict.replicas, base)
                     )
+                    if better and r_strict < R - min_step:
+                        # The fleet holds a surplus the running setting releases without a reload: take
+                        # that first (after the stabilisation window), and weigh a reload at the size the
+                        # pool then has — a reload's saving is a prediction, its risk is immediate.
+                        better = False
+                        self.reasons.append(
+                            f"batching change for a saving deferred: {R} replicas hold a surplus the running "
+                            f"setting releases without a reload (it needs {r_strict})"
+                        )
             else:
                 # An infeasible running setting is left for a feasible one even at more replicas: the
                 # running setting's "fewest" is then only where its p99 stops improving.
