@@ -591,3 +591,24 @@ def test_a_surplus_is_released_before_a_reload_for_a_saving(kit: SimpleNamespace
     assert any(
         r.startswith("batching change for a saving deferred: 10 replicas hold a surplus") for r in d.reasons
     )
+
+
+def test_the_node_envelope_look_back_is_a_switch(kit: SimpleNamespace) -> None:
+    """Off (default): node demand from demand now + trend; on: a burst 3 minutes ago holds its nodes."""
+    spec = kit.make_spec(replicas={"min": 1, "max": 256})
+    history = tuple(
+        HistoryEntry(time_s=NOW - 15 * i, replicas=4, rate_per_s=1500.0 if i == 12 else 300.0)
+        for i in range(20, 0, -1)
+    )
+    state = replace(settled_state(4, kit.batching(0)), history=history)
+    off = decide(spec, state, sig(300, 120, ready=4), NOW, node_pool=kit.make_node_pool())
+    on = decide(
+        spec,
+        state,
+        sig(300, 120, ready=4),
+        NOW,
+        node_pool=kit.make_node_pool(),
+        params=PolicyParams(envelope_lookback=True),
+    )
+    assert off.node_demand is not None and on.node_demand is not None
+    assert on.node_demand.gpus_ahead > off.node_demand.gpus_ahead

@@ -262,6 +262,8 @@ class _Tick:
         self.max_batch = spec.model.max_batch_size
         self.floor_note = ""
         self.paid_replicas = paid_replicas
+        # Until the forecast stage runs: demand now for every lever.
+        self.fc = DemandForecast(self.lam, self.lam, self.lam, 0.0, self.lam)
 
     # -- learning -------------------------------------------------------------------------------------
     def learn(self) -> None:
@@ -785,9 +787,11 @@ class _Tick:
             peak = pessimistic(self.model)
             # A released node takes its lead time to come back: the fewer replicas must also have
             # served the busiest demand seen over that long (minute-to-minute swings outrun 10 %).
+            # A released node takes its lead time to come back: the fewer replicas must also have
+            # served the busiest demand seen over that long (minute-to-minute swings outrun 10 %).
             strict = [
                 fewest_replicas(replace(self.problem(lam * head, release_ms), model=peak), d, k)
-                for lam in (lam_plan, lam_ahead)
+                for lam in (lam_plan, lam_ahead, self.fc.recent_peak_per_s)
             ]
             if all(c.feasible and c.replicas <= fewer for c in strict):
                 self.reasons.append(
@@ -952,7 +956,9 @@ class _Tick:
             max_rise_ratio=p.forecast_max_rise_ratio,
             measure_window_s=_P99_WINDOW_S,
             tick_s=float(self.spec.tick_seconds),
+            lookback=p.envelope_lookback,
         )
+        self.fc = fc
         if fc.replicas_per_s > self.lam * 1.005:
             why = "rising" if fc.trend_per_s2 > 0 else "peaked within the pod start"
             self.reasons.append(

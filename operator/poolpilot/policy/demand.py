@@ -39,7 +39,9 @@ class DemandForecast:
     replicas_per_s: float  # envelope over pod start + one tick
     nodes_per_s: float  # envelope over node provisioning + pod start
     trend_per_s2: float  # rising trend used (0 when ripple or falling)
-    recent_peak_per_s: float  # busiest demand recorded within the node reaction time (now included)
+    # Busiest demand recorded within the whole node reaction time (now included): a node is released only
+    # if one fewer would have served it (a released node takes that long to come back).
+    recent_peak_per_s: float
 
 
 def trend_per_s2(history: Sequence[HistoryEntry], now_s: float, window_s: float) -> float:
@@ -104,18 +106,25 @@ def forecast_demand(
     max_rise_ratio: float,
     measure_window_s: float = 0.0,
     tick_s: float = 0.0,
+    lookback: bool = True,
 ) -> DemandForecast:
-    """The forecast stage: a trend counts only when its rise over the window is a real share of now."""
+    """The forecast stage: a trend counts only when its rise over the window is a real share of now.
+
+    `lookback` False: the envelopes are demand now plus the trend (no recent-peak term; see
+    `PolicyParams.envelope_lookback` for why that is the default).
+    """
     slope = trend_per_s2(history, now_s, trend_window_s)
     if slope * trend_window_s < min_rise_ratio * now_per_s:
         slope = 0.0
     node_reaction_s = max(node_reaction_s, pod_reaction_s)
     covered = measure_window_s + tick_s
     pod_back, node_back = pod_reaction_s - covered, node_reaction_s - covered
+    if not lookback:
+        pod_back = node_back = 0.0
     return DemandForecast(
         now_per_s=now_per_s,
         replicas_per_s=envelope(now_per_s, history, now_s, pod_reaction_s, slope, max_rise_ratio, pod_back),
         nodes_per_s=envelope(now_per_s, history, now_s, node_reaction_s, slope, max_rise_ratio, node_back),
         trend_per_s2=slope,
-        recent_peak_per_s=recent_peak(now_per_s, history, now_s, max(node_back, 0.0)),
+        recent_peak_per_s=recent_peak(now_per_s, history, now_s, node_reaction_s),
     )

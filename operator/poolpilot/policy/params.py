@@ -113,6 +113,15 @@ class PolicyParams:
     """The trend never adds more than this share of the current demand to an envelope
     (`poolpilot.policy.demand.envelope`): a 5-minute trend extrapolated over a 6-minute node lead doubles
     any burst at the start of a ramp. The envelope's recent-peak term covers what recurs."""
+    envelope_lookback: bool = False
+    """Whether the envelopes add the busiest demand recorded over each lever's reaction time (less what
+    the 60 s rate and the next tick cover) to the demand now plus the trend (`policy/demand.py`).
+
+    Off by measurement, not by principle: on the dev seeds (11 scenarios, 600 s) the 285 s node look-back
+    changed no window and cost 10 % more GPU-hours on dev-007 (ramp + bursts + flash); on the bench it cost
+    8 % on the step and 2 % on the flash. Its case — bursts that recur within a node lead — needs hour-long
+    runs to show (and the scale-down stabilisation window already holds replicas after a peak).
+    """
     min_fit_samples: int = 4
     """Settled observations of the pool's own executions before a batching change is made for a saving.
 
