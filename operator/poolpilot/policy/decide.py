@@ -418,14 +418,18 @@ class _Tick:
         # because the breach it caused was learnt as an unmodelled tail that every setting now carries.
         # It goes back to the spec's most conservative setting (least delay, fewest instances: Triton's
         # default behaviour within the bounds), not to the same model's next guess.
-        rollback = breach and state.batching is not None and (cur_d, cur_k) in exclude
+        # Not when the breach is execution-bound (no setting meets the objective: a rollback would only
+        # start a cycle through the settings), and only to a setting that has not failed itself.
+        safe = (self.d_lo, self.k_lo)
+        rollback = (
+            breach
+            and state.batching is not None
+            and (cur_d, cur_k) in exclude
+            and safe not in exclude
+            and not self.execution_bound(cur_d, cur_k)
+        )
         if rollback:
-            safe = (self.d_lo, self.k_lo)
-            back = (
-                fewest_replicas(prob, *safe)
-                if safe not in exclude
-                else cheapest(prob, delays, insts, None, exclude=exclude)
-            )
+            back = fewest_replicas(prob, *safe)
             if (back.max_queue_delay_us, back.instance_count) != (cur_d, cur_k):
                 cand_best = back
                 forced_bits.append(
@@ -546,7 +550,7 @@ class _Tick:
                 if cut < d:
                     d, emergency = cut, cut < cur_d
             raw = max(chosen.replicas, r_guard)
-            if not chosen.feasible and raw > R and self.execution_bound(d, k, lam_plan):
+            if not chosen.feasible and raw > R and self.execution_bound(d, k):
                 # Infeasible at any fleet size and the fleet does not queue: replicas only for capacity
                 # (the utilisation cap), none for the objective they cannot reach.
                 raw = min(raw, max(R, self.capacity_replicas(lam_plan, d, k)))
@@ -599,7 +603,7 @@ class _Tick:
         lam_ahead = fc.nodes_per_s
         ahead = fewest_replicas(self.problem(lam_ahead, self.objective_ms), d, k)
         r_ahead = ahead.replicas
-        if not ahead.feasible and self.execution_bound(d, k, lam_ahead):
+        if not ahead.feasible and self.execution_bound(d, k):
             r_ahead = self.capacity_replicas(lam_ahead, d, k)  # no node bought for an unreachable objective
         r_ahead = _clamp(max(r_ahead, target), self.r_lo, self.r_hi)
         planned = target
@@ -834,7 +838,7 @@ class _Tick:
         probe = max(step, min(2 * max(self.ready, 1), self.r_hi))
         p_now, _ = self.predict(max(self.ready, 1), d, k, lam)
         p_more, _ = self.predict(probe, d, k, lam)
-        bound = self.execution_bound(d, k, lam)
+        bound = self.execution_bound(d, k)
         if bound:
             self.floor_note = f"more replicas would not help ({bound})"
             return True, ratio, R
@@ -847,25 +851,27 @@ class _Tick:
             return True, ratio, R
         return True, ratio, max(R + 1 if self.ready >= R else R, step)
 
-    def execution_bound(self, d: int, k: int, lam: float) -> str:
+    def execution_bound(self, d: int, k: int) -> str:
         """Why the objective is out of reach at any fleet size, or "" when it may not be.
 
-        Out of reach: the model predicts a p99 above the target even at replicas.max, AND the pool's
-        requests measurably spend little time queueing (mean queue ≤ `guard_queue_share` x target), so
+        Out of reach: the model's latency floor — the p99 of a replica with no load (infinitely many
+        replicas), which does not depend on the demand, so neither does the verdict (more demand never
+        yields fewer replicas) — is above the target, AND the pool's requests measurably spend little
+        time queueing (mean queue ≤ `guard_queue_share` x target), so
         the latency is in execution — long requests no replica count shortens. The measured queue is
         the arbiter because a model that underestimates queueing learns the queue as an additive tail
         and would otherwise call a capacity problem infeasible.
         """
-        at_max, _ = self.predict(self.r_hi, d, k, lam)
+        floor, _ = self.predict(max(self.r_hi, 1), d, k, 0.0)
         queue_us = self.sig.queue_time_us
         queue_ms = queue_us / 1000.0 if _finite(queue_us) else math.inf
-        if not (math.isfinite(at_max) and at_max > self.target_ms):
+        if not (math.isfinite(floor) and floor > self.target_ms):
             return ""
         if queue_ms > self.p.guard_queue_share * self.target_ms:
             return ""
         return (
-            f"objective infeasible at any fleet size: predicted p99 {at_max:.0f} ms even at "
-            f"replicas.max {self.r_hi} with {queue_ms:.0f} ms mean queue (execution "
+            f"objective infeasible at any fleet size: predicted p99 {floor:.0f} ms with no load at all, "
+            f"{queue_ms:.0f} ms mean queue (execution "
             f"{self.model.a_ms + self.model.b_ms:.0f} ms at batch 1, {self.model.offset_ms:+.0f} ms measured "
             "tail more replicas do not remove)"
         )
@@ -882,7 +888,7 @@ class _Tick:
         requests whose execution alone exceeds the objective is not a capacity problem, and GPUs bought
         for it change nothing but the bill.
         """
-        bound = self.execution_bound(chosen.max_queue_delay_us, chosen.instance_count, lam)
+        bound = self.execution_bound(chosen.max_queue_delay_us, chosen.instance_count)
         if bound:
             return f"{bound}: replicas for capacity only (utilisation cap), none bought for the objective"
         return (
