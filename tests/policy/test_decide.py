@@ -21,6 +21,7 @@ from poolpilot.policy import (
     batching_failed,
     decide,
 )
+from poolpilot.policy.model import observe, prior_model
 
 NOW = 10_000.0
 # Batching pinned to one setting, for rows about replicas only.
@@ -44,6 +45,13 @@ def settled_state(replicas: int, batching: Any, *, need: int | None = None, **kw
         "last_scale_up_s": NOW - 3_600,
     }
     base.update(kw)
+    if "latency_model" not in base:
+        # Ten minutes of the pool's own executions (the `sig` defaults: batch 2 in 54.4 ms, the prior's
+        # line): the model is fitted to the pool, not the prior alone.
+        model = prior_model(PolicyParams())
+        for _ in range(40):
+            model = observe(model, batch_items=2.0, compute_ms=54.4, slowdown=1.0, params=PolicyParams())
+        base["latency_model"] = model
     return PoolState(**base)
 
 
@@ -88,7 +96,9 @@ ROWS = [
         lambda kit: settled_state(4, kit.batching(8_000), last_batching_change_s=NOW - 95),
         sig(300, 182, ready=4),
         ("scale", "batching"),
-        r"cut queue delay 8000→",
+        # Adopted 95 s ago and breaching: the setting is rolled back (tabu) rather than cut in steps.
+        r"roll back 8000 µs / 1 instance: it breached the objective after adoption",
+        check=lambda d, s: (d.batching.max_queue_delay_us == 0, d.replicas > 4),
     ),
     Row(
         "low load after the stabilisation window: scale in to the need",
@@ -295,7 +305,7 @@ def test_node_demand_leads_a_rising_demand(kit: SimpleNamespace) -> None:
     )
     assert d.node_demand is not None
     assert d.node_demand.gpus_ahead > d.node_demand.gpus_now >= d.replicas
-    assert any(r.startswith("demand rising: sizing for") for r in d.reasons)
+    assert any(r.startswith("demand rising: sizing replicas for") for r in d.reasons)
 
 
 @pytest.mark.parametrize(
@@ -537,3 +547,96 @@ def test_a_reset_the_spec_bounds_force_waits_after_a_failed_rollout_and_never_re
     assert "batching" in after.actions
     assert (after.batching.max_queue_delay_us, after.batching.instance_count) != (2000, 1)
     assert after.batching.max_queue_delay_us <= 2000
+
+
+def test_no_reload_for_a_saving_on_the_prior_alone(kit: SimpleNamespace) -> None:
+    """Safe start: a fleet the policy has never measured keeps its batching until the model has data."""
+    spec = kit.make_spec()
+    # 50 ms delay and two interfering instances: the model says no delay and one instance saves replicas.
+    fresh = replace(settled_state(10, kit.batching(50_000, instances=2), need=10), latency_model=None)
+    s = sig(300, 120, ready=10)
+    d = decide(spec, fresh, s, NOW)
+    assert "batching" not in d.actions, d.reasons
+    assert any("waits for the pool's own data (1/4 observations" in r for r in d.reasons), d.reasons
+    # The same pool with ten minutes of its own executions behind it makes the change.
+    known = settled_state(10, kit.batching(50_000, instances=2), need=10)
+    assert "batching" in decide(spec, known, s, NOW).actions
+
+
+def test_a_setting_that_breached_after_adoption_is_rolled_back_to_the_conservative_one(
+    kit: SimpleNamespace,
+) -> None:
+    spec = kit.make_spec(replicas={"min": 1, "max": 64})
+    state = settled_state(20, kit.batching(5_000, 2), last_batching_change_s=NOW - 300)
+    d = decide(spec, state, sig(700, 190, ready=20), NOW)
+    assert "batching" in d.actions, d.reasons
+    assert (d.batching.max_queue_delay_us, d.batching.instance_count) == (0, 1), d.reasons
+    assert any(r.startswith("batching reset: roll back 5000 µs / 2 instances") for r in d.reasons), d.reasons
+    # A miss within the margin (no breach) only makes the setting tabu; no reload for it.
+    near = decide(spec, state, sig(700, 149, ready=20), NOW)
+    assert not any("roll back" in r for r in near.reasons), near.reasons
+
+
+@pytest.mark.parametrize("paid_nodes", [1, 2])
+def test_pricing_nodes_never_trims_replicas_during_a_breach(kit: SimpleNamespace, paid_nodes: int) -> None:
+    """The 9→8 'hold' seen live: the model said 8 would do while p99 was over the objective."""
+    spec = kit.make_spec(**ONE_CONFIG)
+    replicas = PER_NODE + 1
+    for rate in range(50, 1_200, 50):
+        d = decide(
+            spec,
+            settled_state(replicas, kit.batching(0)),
+            sig(float(rate), 200, ready=replicas),
+            NOW,
+            node_pool=kit.make_node_pool(),
+            paid_replicas=paid_nodes * PER_NODE,
+        )
+        assert d.replicas >= replicas, (rate, d.reasons)
+
+
+def test_an_objective_no_fleet_can_meet_is_named_and_buys_nothing(kit: SimpleNamespace) -> None:
+    """Execution alone (200 ms at batch 1) exceeds the 150 ms objective: say so, do not scale out."""
+    spec = kit.make_spec(replicas={"min": 1, "max": 64}, **ONE_CONFIG)
+    params = PolicyParams(prior_a_ms=200.0)
+    state = settled_state(8, kit.batching(0), latency_model=None)
+    d = decide(
+        spec,
+        state,
+        sig(20, 420, ready=8, avg_batch_size=1.0, compute_us_per_exec=202_000.0),
+        NOW,
+        params=params,
+    )
+    assert d.replicas <= 8, d.reasons
+    assert any(r.startswith("objective infeasible at any fleet size") for r in d.reasons), d.reasons
+
+
+def test_a_surplus_is_released_before_a_reload_for_a_saving(kit: SimpleNamespace) -> None:
+    """10 replicas where the running setting needs 3: scale in first, weigh the reload at the new size."""
+    spec = kit.make_spec()
+    state = settled_state(10, kit.batching(50_000, instances=2), need=10)
+    d = decide(spec, state, sig(60, 120, ready=10), NOW)
+    assert "batching" not in d.actions, d.reasons
+    assert any(
+        r.startswith("batching change for a saving deferred: 10 replicas hold a surplus") for r in d.reasons
+    )
+
+
+def test_the_node_envelope_look_back_is_a_switch(kit: SimpleNamespace) -> None:
+    """Off (default): node demand from demand now + trend; on: a burst 3 minutes ago holds its nodes."""
+    spec = kit.make_spec(replicas={"min": 1, "max": 256})
+    history = tuple(
+        HistoryEntry(time_s=NOW - 15 * i, replicas=4, rate_per_s=1500.0 if i == 12 else 300.0)
+        for i in range(20, 0, -1)
+    )
+    state = replace(settled_state(4, kit.batching(0)), history=history)
+    off = decide(spec, state, sig(300, 120, ready=4), NOW, node_pool=kit.make_node_pool())
+    on = decide(
+        spec,
+        state,
+        sig(300, 120, ready=4),
+        NOW,
+        node_pool=kit.make_node_pool(),
+        params=PolicyParams(envelope_lookback=True),
+    )
+    assert off.node_demand is not None and on.node_demand is not None
+    assert on.node_demand.gpus_ahead > off.node_demand.gpus_ahead

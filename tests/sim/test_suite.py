@@ -139,3 +139,30 @@ def test_suite_resumes_from_its_cache(tmp_path: Path, monkeypatch: pytest.Monkey
     with pytest.raises(AssertionError, match="ran again"):
         suite.run_suite(changed, out=lines.append, **kw)
     assert json.loads((tmp_path / f"{specs[0].name}.json").read_text())["spec"]["target_peak_replicas"] == 4.0
+
+
+def test_reuse_reruns_poolpilot_only_and_keeps_baselines_and_fleets(tmp_path: Path) -> None:
+    """`--reuse`: a policy change re-runs PoolPilot; baselines and fixed fleets come from the old records."""
+    specs = [replace(draw_spec("dev", 3, 120.0), target_peak_replicas=4.0)]
+    old_dir, new_dir = tmp_path / "before", tmp_path / "after"
+    lines: list[str] = []
+    kw: dict[str, Any] = dict(trace_path=tmp_path / "none.csv", policies=("poolpilot", "static"), jobs=1)
+    before = suite.run_suite(specs, cache_dir=old_dir, out=lines.append, **kw)[0]
+    # Mark the old static result and a frontier point: a re-run would overwrite them.
+    rec = json.loads((old_dir / f"{specs[0].name}.json").read_text())
+    rec["results"]["static"]["gpu_hours"] = 123.0
+    rec["frontier"][0]["windows"] = 0.25
+    (old_dir / f"{specs[0].name}.json").write_text(json.dumps(rec))
+    other = [replace(draw_spec("dev", 2, 120.0), target_peak_replicas=4.0)]  # not in old_dir
+    after = suite.run_suite(
+        specs + other, cache_dir=new_dir, out=lines.append, rerun=("poolpilot",), reuse_dir=old_dir, **kw
+    )
+    assert [r["spec"]["name"] for r in after] == [specs[0].name]
+    assert any("skipped: " + other[0].name in line for line in lines)
+    got = after[0]
+    assert got["rerun"] == ["poolpilot"]
+    assert got["results"]["static"]["gpu_hours"] == 123.0
+    same = {k: v for k, v in before["results"]["poolpilot"].items() if k != "wall_s"}
+    assert {k: got["results"]["poolpilot"][k] for k in same} == same  # same policy, same run
+    first = {p["nodes"]: p for p in got["frontier"]}[rec["frontier"][0]["nodes"]]
+    assert first["windows"] == 0.25

@@ -23,10 +23,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from poolpilot.api.types import GPUNodePoolSpec, InferencePoolSpec, Mode
+from poolpilot.policy.demand import DemandForecast, forecast_demand
 from poolpilot.policy.model import (
     Estimate,
     corrected,
     estimate,
+    instance_offset_scale,
     observe,
     pessimistic,
     prior_model,
@@ -174,23 +176,6 @@ def _hold(
     )
 
 
-def _trend_per_s2(history: Sequence[HistoryEntry], now_s: float, window_s: float) -> float:
-    """Least-squares slope of demand (inferences/s per s) over the window; rising trends only."""
-    pts = [
-        (e.time_s, e.rate_per_s) for e in history if e.time_s >= now_s - window_s and _finite(e.rate_per_s)
-    ]
-    if len(pts) < 4:
-        return 0.0
-    n = float(len(pts))
-    mt = sum(t for t, _ in pts) / n
-    mr = sum(r for _, r in pts) / n
-    var = sum((t - mt) ** 2 for t, _ in pts)
-    if var <= 0:
-        return 0.0
-    slope = sum((t - mt) * (r - mr) for t, r in pts) / var
-    return max(0.0, slope)
-
-
 def _normal(b: BatchingConfig) -> BatchingConfig:
     """Triton reports an empty preferred list as [max_batch_size]: compare both as empty."""
     if b.preferred_batch_sizes == (b.max_batch_size,):
@@ -278,6 +263,8 @@ class _Tick:
         self.max_batch = spec.model.max_batch_size
         self.floor_note = ""
         self.paid_replicas = paid_replicas
+        # Until the forecast stage runs: demand now for every lever.
+        self.fc = DemandForecast(self.lam, self.lam, self.lam, 0.0, self.lam)
 
     # -- learning -------------------------------------------------------------------------------------
     def learn(self) -> None:
@@ -369,6 +356,7 @@ class _Tick:
             min_replicas=self.r_lo,
             max_replicas=self.r_hi,
             params=self.p,
+            running_instances=self.running.instance_count,
         )
 
     def run(self) -> Decision:
@@ -376,12 +364,8 @@ class _Tick:
         self.learn()
         oom = self.failures()
         R = state.replicas
-        slope = _trend_per_s2(state.history, self.now, p.forecast_window_s)
-        if slope * p.forecast_window_s < p.forecast_min_rise_ratio * self.lam:
-            slope = 0.0
-        lam_plan = self.forecast(slope, p.pod_start_s + spec.tick_seconds)
-        if slope > 0:
-            self.reasons.append(f"demand rising: sizing for {lam_plan:.0f}/s ({self.lam:.0f}/s now)")
+        fc = self.forecast()
+        lam_plan = fc.replicas_per_s
         prob = self.problem(lam_plan, self.objective_ms)
 
         held = self.held_after_failure()
@@ -400,36 +384,9 @@ class _Tick:
             cand_cur = fewest_replicas(prob, cur_d, cur_k)
         cand_best = cheapest(prob, delays, insts, (cur_d, cur_k), exclude=exclude)
 
-        # Feedback guard: a measured breach acts now, in proportion to it.
+        # Guard stage: a measured breach acts now, in proportion to it.
         measured = sig.p99_ms
-        breach = (
-            _finite(measured)
-            and measured > self.target_ms
-            and self.requests_in_window >= _MIN_REQUESTS_FOR_BREACH
-        )
-        ratio = measured / self.target_ms if breach else 1.0
-        r_guard = 0
-        self.floor_note = ""
-        if breach:
-            step = math.ceil(max(self.ready, 1) * min(ratio, p.guard_max_step_ratio))
-            step = min(max(step, self.ready + 1), self.r_hi)
-            # Scale out only if the (corrected) model says more replicas lower the p99: a breach at
-            # the latency floor (one batch is already too slow) is not a capacity problem.
-            # The probe is at least twice the ready replicas: a batcher that never idles gains little
-            # per replica until the per-replica gap outlasts an execution, then a lot (docs/policy.md).
-            probe = max(step, min(2 * max(self.ready, 1), self.r_hi))
-            p_now, _ = self.predict(max(self.ready, 1), cur_d, cur_k, lam_plan)
-            p_more, _ = self.predict(probe, cur_d, cur_k, lam_plan)
-            helps = not (math.isfinite(p_now) and p_more > 0.95 * p_now)
-            if not helps:
-                self.floor_note = (
-                    f"more replicas would not help (predicted {p_now:.0f} ms now, {p_more:.0f} ms at {probe})"
-                )
-                r_guard = R
-            elif _since(self.now, state.last_scale_up_s) >= p.guard_cooldown_s:
-                r_guard = max(R + 1 if self.ready >= R else R, step)
-            else:
-                r_guard = R
+        breach, ratio, r_guard = self.guard(cur_d, cur_k, lam_plan)
         need = max(cand_best.replicas, r_guard)
         # A pod waiting for a node the pool asked for is not lost before that node's lead time is up.
         grace_s = p.lost_capacity_grace_s
@@ -465,6 +422,32 @@ class _Tick:
             forced_bits.append("preferred batch sizes from spec")
         if running.max_queue_size != spec.batching.queue_policy.max_queue_size:
             forced_bits.append("max queue size from spec")
+        # A setting adopted for a saving that then breached the objective is rolled back at once (it
+        # joined the tabu list above): waiting for the model to prefer another setting can take forever,
+        # because the breach it caused was learnt as an unmodelled tail that every setting now carries.
+        # It goes back to the spec's most conservative setting (least delay, fewest instances: Triton's
+        # default behaviour within the bounds), not to the same model's next guess.
+        # Not when the breach is execution-bound (no setting meets the objective: a rollback would only
+        # start a cycle through the settings), and only to a setting that has not failed itself.
+        safe = (self.d_lo, self.k_lo)
+        rollback = (
+            not held
+            and breach
+            and state.batching is not None
+            and (cur_d, cur_k) in exclude
+            and safe not in exclude
+            and not self.execution_bound(cur_d, cur_k)
+        )
+        if rollback:
+            back = fewest_replicas(prob, *safe)
+            if (back.max_queue_delay_us, back.instance_count) != (cur_d, cur_k):
+                cand_best = back
+                forced_bits.append(
+                    f"roll back {cur_d} µs / {cur_k} instance{'s' if cur_k != 1 else ''}: it breached the "
+                    "objective after adoption"
+                )
+            else:
+                rollback = False
         if held and forced_bits:
             since_failure = _since(self.now, state.last_batching_failure_s)
             self.reasons.append(
@@ -531,17 +514,34 @@ class _Tick:
                     best_strict = cheapest(strict, delays, insts, (cur_d, cur_k))
                     # ... and the saving must be one the scale-in tolerance lets through: a reload that
                     # buys replicas the pool will not release only moves it along the cliff.
+                    # The saving is the setting's own (what the running setting needs under the same
+                    # dead-band, capped at R), not the fleet's surplus, which a scale-in reclaims without
+                    # a reload.
+                    base = min(R, r_strict)
                     better = (
                         best_strict.feasible
-                        and best_strict.replicas < min(R, r_strict)
-                        and R - best_strict.replicas >= min_step
+                        and best_strict.replicas < base
+                        and self.worth_a_reload(base - best_strict.replicas, base)
                     )
+                    if better and r_strict < R - min_step:
+                        # The fleet holds a surplus the running setting releases without a reload: take
+                        # that first (after the stabilisation window), and weigh a reload at the size the
+                        # pool then has — a reload's saving is a prediction, its risk is immediate.
+                        better = False
+                        self.reasons.append(
+                            f"batching change for a saving deferred: {R} replicas hold a surplus the running "
+                            f"setting releases without a reload (it needs {r_strict})"
+                        )
             else:
                 # An infeasible running setting is left for a feasible one even at more replicas: the
                 # running setting's "fewest" is then only where its p99 stops improving.
                 better = (
-                    (cand_best.feasible and not cand_cur.feasible)
-                    or (cand_best.feasible and cand_best.replicas < cand_cur.replicas)
+                    rollback
+                    or (cand_best.feasible and not cand_cur.feasible)
+                    or (
+                        cand_best.feasible
+                        and self.worth_a_reload(cand_cur.replicas - cand_best.replicas, cand_cur.replicas)
+                    )
                     or (
                         not cand_cur.feasible
                         and not cand_best.feasible
@@ -567,6 +567,10 @@ class _Tick:
                 if cut < d:
                     d, emergency = cut, cut < cur_d
             raw = max(chosen.replicas, r_guard)
+            if not chosen.feasible and raw > R and self.execution_bound(d, k):
+                # Infeasible at any fleet size and the fleet does not queue: replicas only for capacity
+                # (the utilisation cap), none for the objective they cannot reach.
+                raw = min(raw, max(R, self.capacity_replicas(lam_plan, d, k)))
             if raw > R and r_guard <= R and not lost and self.ready >= R and (d, k) == (cur_d, cur_k):
                 # A scale-out for the utilisation cap alone (the p99 meets the objective) waits until
                 # the cap is exceeded by the tolerance: the cap is an extrapolation to full batches.
@@ -612,9 +616,12 @@ class _Tick:
         if target > self.r_hi or target < self.r_lo:
             self.reasons.append(f"replicas clamped to spec bounds [{self.r_lo}, {self.r_hi}]")
         target = _clamp(target, self.r_lo, self.r_hi)
-        # Node demand leads replica demand by the node pool's provisioning time.
-        lam_ahead = self.forecast(slope, self.node_lead_s())
-        r_ahead = fewest_replicas(self.problem(lam_ahead, self.objective_ms), d, k).replicas
+        # Node demand covers what can arrive within the node lead (the forecast's node envelope).
+        lam_ahead = fc.nodes_per_s
+        ahead = fewest_replicas(self.problem(lam_ahead, self.objective_ms), d, k)
+        r_ahead = ahead.replicas
+        if not ahead.feasible and self.execution_bound(d, k):
+            r_ahead = self.capacity_replicas(lam_ahead, d, k)  # no node bought for an unreachable objective
         r_ahead = _clamp(max(r_ahead, target), self.r_lo, self.r_hi)
         planned = target
         if self.paid_replicas is not None and r_guard <= R and not lost:
@@ -631,17 +638,10 @@ class _Tick:
                 >= spec.replicas.scale_down_stabilization_seconds
             )
             target, planned, r_ahead = self.use_paid_nodes(
-                target, r_ahead, d, k, lam_plan, lam_ahead, can_release=can_release
+                target, r_ahead, d, k, lam_plan, lam_ahead, can_release=can_release, breach=breach
             )
-            if breach:
-                # Pricing nodes may trim the node plan, never the replicas while p99 is over the objective
-                # (found live: a 9→8 "hold" in a breach because the model said 8 would do).
-                target = max(target, R)
         if not chosen.feasible:
-            self.reasons.append(
-                f"objective unreachable within replicas.max {self.r_hi}: predicted p99 "
-                f"{chosen.p99_ms:.0f} ms at {chosen.replicas} replicas"
-            )
+            self.reasons.append(self.unreachable(chosen, lam_plan))
 
         timeout = self.timeout_us(d, frozen=scale_in or not (change_allowed or forced))
         new_batching = BatchingConfig(
@@ -767,6 +767,7 @@ class _Tick:
         lam_ahead: float,
         *,
         can_release: bool,
+        breach: bool,
     ) -> tuple[int, int, int]:
         """(replicas, planned replicas, replicas ahead) once node granularity is priced in.
 
@@ -776,7 +777,9 @@ class _Tick:
         replicas fill the nodes the plan holds anyway (idle paid GPUs buy latency for nothing). The
         node demand follows the plan, never the fill, so the node pool still shrinks: (3) a node held
         only for the margin is released when the target is met without it at the scale-in dead-band
-        (10 % more demand, the peak correction).
+        (10 % more demand, the peak correction). (4) During a measured `breach` pricing may trim the
+        node plan, never the replicas below the running count (found live: a 9→8 "hold" in a breach
+        because the model said 8 would do).
         """
         assert self.paid_replicas is not None
         paid = _clamp(self.paid_replicas, self.r_lo, self.r_hi)
@@ -807,10 +810,11 @@ class _Tick:
             peak = pessimistic(self.model)
             # A released node takes its lead time to come back: the fewer replicas must also have
             # served the busiest demand seen over that long (minute-to-minute swings outrun 10 %).
-            recent = self.recent_peak_rate(self.node_lead_s())
+            # A released node takes its lead time to come back: the fewer replicas must also have
+            # served the busiest demand seen over that long (minute-to-minute swings outrun 10 %).
             strict = [
                 fewest_replicas(replace(self.problem(lam * head, release_ms), model=peak), d, k)
-                for lam in (lam_plan, lam_ahead, recent)
+                for lam in (lam_plan, lam_ahead, self.fc.recent_peak_per_s)
             ]
             if all(c.feasible and c.replicas <= fewer for c in strict):
                 self.reasons.append(
@@ -824,7 +828,112 @@ class _Tick:
             self.reasons.append(
                 f"fill paid nodes: {fill} replicas on GPUs already paid for (the plan needs {planned})"
             )
-        return max(planned, fill), planned, r_ahead
+        replicas = max(planned, fill)
+        if breach:
+            replicas = max(replicas, self.state.replicas)
+        return replicas, planned, r_ahead
+
+    def guard(self, d: int, k: int, lam: float) -> tuple[bool, float, int]:
+        """Guard stage: (breach, measured/target, replicas the measured breach asks for; 0 = none).
+
+        A breach scales out in proportion to it (at most `guard_max_step_ratio` per tick, one step per
+        `guard_cooldown_s`), but only when more replicas lower the p99: not when the breach is
+        execution-bound (`execution_bound`), nor when the corrected model gains under 5 % from at least
+        twice the ready replicas (a batcher that never idles gains little per replica until the
+        per-replica gap outlasts an execution, then a lot: docs/policy.md).
+        """
+        p, R, measured = self.p, self.state.replicas, self.sig.p99_ms
+        breach = (
+            _finite(measured)
+            and measured > self.target_ms
+            and self.requests_in_window >= _MIN_REQUESTS_FOR_BREACH
+        )
+        self.floor_note = ""
+        if not breach:
+            return False, 1.0, 0
+        ratio = measured / self.target_ms
+        step = math.ceil(max(self.ready, 1) * min(ratio, p.guard_max_step_ratio))
+        step = min(max(step, self.ready + 1), self.r_hi)
+        probe = max(step, min(2 * max(self.ready, 1), self.r_hi))
+        p_now, _ = self.predict(max(self.ready, 1), d, k, lam)
+        p_more, _ = self.predict(probe, d, k, lam)
+        bound = self.execution_bound(d, k)
+        if bound:
+            self.floor_note = f"more replicas would not help ({bound})"
+            return True, ratio, R
+        if math.isfinite(p_now) and p_more > 0.95 * p_now:
+            self.floor_note = (
+                f"more replicas would not help (predicted {p_now:.0f} ms now, {p_more:.0f} ms at {probe})"
+            )
+            return True, ratio, R
+        if _since(self.now, self.state.last_scale_up_s) < p.guard_cooldown_s:
+            return True, ratio, R
+        return True, ratio, max(R + 1 if self.ready >= R else R, step)
+
+    def execution_bound(self, d: int, k: int) -> str:
+        """Why the objective is out of reach at any fleet size, or "" when it may not be.
+
+        Out of reach: the model's latency floor — the p99 of a replica with no load (infinitely many
+        replicas), which does not depend on the demand, so neither does the verdict (more demand never
+        yields fewer replicas) — is above the target, AND the pool's requests measurably spend little
+        time queueing (mean queue ≤ `guard_queue_share` x target), so
+        the latency is in execution — long requests no replica count shortens. The measured queue is
+        the arbiter because a model that underestimates queueing learns the queue as an additive tail
+        and would otherwise call a capacity problem infeasible.
+        """
+        floor, _ = self.predict(max(self.r_hi, 1), d, k, 0.0)
+        queue_us = self.sig.queue_time_us
+        queue_ms = queue_us / 1000.0 if _finite(queue_us) else math.inf
+        if not (math.isfinite(floor) and floor > self.target_ms):
+            return ""
+        if queue_ms > self.p.guard_queue_share * self.target_ms:
+            return ""
+        return (
+            f"objective infeasible at any fleet size: predicted p99 {floor:.0f} ms with no load at all, "
+            f"{queue_ms:.0f} ms mean queue (execution "
+            f"{self.model.a_ms + self.model.b_ms:.0f} ms at batch 1, {self.model.offset_ms:+.0f} ms measured "
+            "tail more replicas do not remove)"
+        )
+
+    def capacity_replicas(self, lam: float, d: int, k: int) -> int:
+        """Fewest replicas within the utilisation cap alone (the objective set aside)."""
+        return fewest_replicas(self.problem(lam, math.inf), d, k).replicas
+
+    def unreachable(self, chosen: Candidate, lam: float) -> str:
+        """Explain an objective the plan cannot meet: at any fleet size, or only within replicas.max.
+
+        The plan then holds the replicas where one more stops lowering the p99 (`fewest_replicas`), and
+        the guard does not step out when the model says more replicas would not help: a class of
+        requests whose execution alone exceeds the objective is not a capacity problem, and GPUs bought
+        for it change nothing but the bill.
+        """
+        bound = self.execution_bound(chosen.max_queue_delay_us, chosen.instance_count)
+        if bound:
+            return f"{bound}: replicas for capacity only (utilisation cap), none bought for the objective"
+        return (
+            f"objective unreachable within replicas.max {self.r_hi}: predicted p99 "
+            f"{chosen.p99_ms:.0f} ms at {chosen.replicas} replicas"
+        )
+
+    def worth_a_reload(self, saved: int, replicas: int) -> bool:
+        """Gate of a batching change made for a saving (not forced, not to leave an infeasible setting).
+
+        Only on a model fitted to this pool's own executions: a prior far from its data once proposed,
+        on the first tick of a 240-replica fleet, a second instance "saving 3 replicas" that cost the pool
+        its objective for the rest of the run. And only for a saving the scale-in tolerance would let
+        through: a reload for less buys replicas the pool will not release.
+        """
+        p = self.p
+        if saved < max(1, math.ceil(p.scale_in_tolerance * replicas)):
+            return False
+        if self.model.samples < p.min_fit_samples:
+            self.reasons.append(
+                f"batching change for a saving of {saved} replica{'s' if saved != 1 else ''} waits for the "
+                f"pool's own data ({self.model.samples}/{p.min_fit_samples} observations; the prior alone "
+                "is not trusted to reload every pod)"
+            )
+            return False
+        return True
 
     def running_key(self) -> tuple[int, int]:
         return (self.running.max_queue_delay_us, self.running.instance_count)
@@ -877,23 +986,29 @@ class _Tick:
         )
         return prov_s + self.p.pod_start_s
 
-    def recent_peak_rate(self, window_s: float) -> float:
-        """The busiest demand (inferences/s) recorded within `window_s`, now included."""
-        rates = [
-            e.rate_per_s
-            for e in self.state.history
-            if e.time_s >= self.now - window_s and _finite(e.rate_per_s)
-        ]
-        return max([self.lam, *rates])
-
-    def forecast(self, slope_per_s2: float, lead_s: float) -> float:
-        """Demand `lead_s` ahead on the fitted trend, the rise capped at `forecast_max_rise_ratio` of now.
-
-        A 5-minute trend extrapolated over a 6-minute node lead doubles any burst at the start of a
-        ramp; nodes ordered for it are billed while they provision even if the burst is gone.
-        """
-        rise = slope_per_s2 * lead_s
-        return self.lam + min(rise, self.p.forecast_max_rise_ratio * self.lam)
+    def forecast(self) -> DemandForecast:
+        """Forecast stage: the replica and node envelopes (`poolpilot.policy.demand`), with a reason."""
+        p = self.p
+        fc = forecast_demand(
+            self.lam,
+            self.state.history,
+            self.now,
+            pod_reaction_s=p.pod_start_s + self.spec.tick_seconds,
+            node_reaction_s=self.node_lead_s(),
+            trend_window_s=p.forecast_window_s,
+            min_rise_ratio=p.forecast_min_rise_ratio,
+            max_rise_ratio=p.forecast_max_rise_ratio,
+            measure_window_s=_P99_WINDOW_S,
+            tick_s=float(self.spec.tick_seconds),
+            lookback=p.envelope_lookback,
+        )
+        self.fc = fc
+        if fc.replicas_per_s > self.lam * 1.005:
+            why = "rising" if fc.trend_per_s2 > 0 else "peaked within the pod start"
+            self.reasons.append(
+                f"demand {why}: sizing replicas for {fc.replicas_per_s:.0f}/s ({self.lam:.0f}/s now)"
+            )
+        return fc
 
     def predict(self, replicas: int, d: int, k: int, lam: float) -> tuple[float, float]:
         if replicas <= 0:
@@ -909,7 +1024,8 @@ class _Tick:
             params=self.p,
             replicas=replicas,
         )
-        return corrected(self.model, est.p99_ms), est.utilization
+        scale = instance_offset_scale(k, self.running.instance_count, self.p)
+        return corrected(self.model, est.p99_ms, scale), est.utilization
 
     def estimate_running(self, model: LatencyModel) -> Estimate:
         """The model's view of the running configuration at the measured load (ready replicas)."""

@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from poolpilot.policy.model import arrival_cv2, core, corrected, z_score
+from poolpilot.policy.model import arrival_cv2, core, corrected, instance_offset_scale, z_score
 from poolpilot.policy.params import PolicyParams
 from poolpilot.policy.types import LatencyModel
 
@@ -42,6 +42,7 @@ class Problem:
     min_replicas: int
     max_replicas: int
     params: PolicyParams
+    running_instances: int = 1  # the instance count the model's additive tail was measured at
 
 
 def predict(prob: Problem, replicas: int, delay_us: int, instances: int) -> tuple[float, float]:
@@ -63,7 +64,7 @@ def predict(prob: Problem, replicas: int, delay_us: int, instances: int) -> tupl
         prob.params.instance_slowdown,
         prob.params.wait_model == "renewal",
     )
-    return corrected(m, p99), util
+    return corrected(m, p99, instance_offset_scale(instances, prob.running_instances, prob.params)), util
 
 
 def _ok(prob: Problem, replicas: int, delay_us: int, instances: int) -> bool:

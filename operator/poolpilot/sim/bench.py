@@ -285,6 +285,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     suite.add_argument("--jobs", type=int, metavar="J", help="suite processes (default: all cores)")
     suite.add_argument("--cache-dir", type=Path, metavar="DIR", help="suite results per scenario (resumable)")
     suite.add_argument(
+        "--index",
+        type=int,
+        nargs="+",
+        metavar="I",
+        help="suite: only these scenario indices (each < --count; the report names the ones left out)",
+    )
+    suite.add_argument(
+        "--reuse",
+        type=Path,
+        metavar="DIR",
+        help="suite: run PoolPilot only, taking baselines, oracle and fixed fleets from DIR's records "
+        "(a policy change moves none of them)",
+    )
+    suite.add_argument(
         "--report-only", action="store_true", help="suite: report the cached scenarios, run nothing"
     )
 

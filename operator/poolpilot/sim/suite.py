@@ -251,12 +251,23 @@ def _summary(r: Result) -> dict[str, Any]:
     }
 
 
-def run_scenario(spec: ScenarioSpec, base: Trace | None, policies: Sequence[str]) -> dict[str, Any]:
-    """Run every policy and the frontier on one scenario; the JSON record the cache keeps."""
+def run_scenario(
+    spec: ScenarioSpec,
+    base: Trace | None,
+    policies: Sequence[str],
+    reuse: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run every policy and the frontier on one scenario; the JSON record the cache keeps.
+
+    `reuse`: a record of the same spec (`--reuse`): only `policies` are run again, every other result
+    and every fixed fleet already evaluated are taken from it (a policy change moves neither the
+    baselines nor the fixed fleets; the frontier adds the fleet the new GPU-hours could buy).
+    """
     t0 = time.perf_counter()
     trace = build_trace(spec, base)
     params = prepare_params(trace, spec.params())
-    results = {name: _summary(run_policy(name, trace, params)) for name in policies}
+    results = dict(reuse["results"]) if reuse else {}
+    results.update({name: _summary(run_policy(name, trace, params)) for name in policies})
     per_node = params.replicas_per_node
     hours = trace.duration_s / 3600.0
 
@@ -267,6 +278,8 @@ def run_scenario(spec: ScenarioSpec, base: Trace | None, policies: Sequence[str]
         return FleetPoint(nodes, reps, r.slo_attainment_windows, r.gpu_hours)
 
     frontier = Frontier(evaluate, params.max_nodes)
+    if reuse:
+        frontier.points.update({f["nodes"]: FleetPoint(**f) for f in reuse["frontier"]})
     cap = replica_capacity_per_s(params)
     guess = math.ceil(trace.peak_rate_per_s(60.0) / max(cap, _EPS) / per_node)
     fleet99 = frontier.fewest_meeting(WINDOW_GOAL, guess)
@@ -282,6 +295,8 @@ def run_scenario(spec: ScenarioSpec, base: Trace | None, policies: Sequence[str]
     record["frontier"] = [asdict(p) for _, p in sorted(frontier.points.items())]
     record["fleet99"] = asdict(fleet99) if fleet99 else None
     record["wall_s"] = time.perf_counter() - t0
+    if reuse:
+        record["rerun"] = list(policies)
     return record
 
 
@@ -348,8 +363,10 @@ def _load_base(path: Path) -> Trace | None:
     return _BASE[key]
 
 
-def _worker(spec: ScenarioSpec, trace_path: str, policies: tuple[str, ...]) -> dict[str, Any]:
-    return run_scenario(spec, _load_base(Path(trace_path)), policies)
+def _worker(
+    spec: ScenarioSpec, trace_path: str, policies: tuple[str, ...], reuse: dict[str, Any] | None
+) -> dict[str, Any]:
+    return run_scenario(spec, _load_base(Path(trace_path)), policies, reuse)
 
 
 def run_suite(
@@ -360,17 +377,33 @@ def run_suite(
     policies: Sequence[str],
     jobs: int,
     out: Callable[[str], None],
+    rerun: Sequence[str] = (),
+    reuse_dir: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Every scenario's record, from the cache or run (in `jobs` processes); a progress line each."""
+    """Every scenario's record, from the cache or run (in `jobs` processes); a progress line each.
+
+    With `reuse_dir`, a scenario not in the cache runs only the `rerun` policies and takes everything
+    else from its record in `reuse_dir` (a scenario without one there is skipped and named).
+    """
     cache_dir.mkdir(parents=True, exist_ok=True)
     records: dict[str, dict[str, Any]] = {}
     todo = []
+    reused: dict[str, dict[str, Any]] = {}
+    skipped = []
     for s in specs:
         rec = cached(cache_dir, s, policies)
-        if rec is None:
+        if rec is not None:
+            records[s.name] = rec
+        elif reuse_dir is None:
+            todo.append(s)
+        elif (old := cached(reuse_dir, s, policies)) is not None:
+            reused[s.name] = old
             todo.append(s)
         else:
-            records[s.name] = rec
+            skipped.append(s.name)
+    if skipped:
+        out(f"suite: not in {reuse_dir}, skipped: {', '.join(skipped)}")
+        specs = [s for s in specs if s.name not in skipped]
     out(
         f"suite: {len(specs)} scenarios, {len(records)} cached in {cache_dir}, "
         f"{len(todo)} to run, {jobs} jobs"
@@ -395,14 +428,14 @@ def run_suite(
             f"elapsed {el:.0f} s, eta {eta:.0f} s)"
         )
 
-    pol = tuple(policies)
+    pol = tuple(rerun) if reuse_dir is not None else tuple(policies)
     if jobs <= 1:
         base = _load_base(trace_path)
         for s in todo:
-            finish(run_scenario(s, base, pol))
+            finish(run_scenario(s, base, pol, reused.get(s.name)))
     elif todo:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(_worker, s, str(trace_path), pol) for s in todo]
+            futures = [pool.submit(_worker, s, str(trace_path), pol, reused.get(s.name)) for s in todo]
             for fut in as_completed(futures):
                 finish(fut.result())
     return [records[s.name] for s in specs]
@@ -481,13 +514,25 @@ def main(args: Any) -> int:
     if jobs < 1:
         print("poolpilot bench: error: --jobs must be >= 1", file=sys.stderr)
         return 2
-    specs = [draw_spec(args.seeds, i, args.duration) for i in range(args.count)]
+    only = getattr(args, "index", None)
+    if only is not None and not all(0 <= i < args.count for i in only):
+        print(f"poolpilot bench: error: --index must be in [0, {args.count})", file=sys.stderr)
+        return 2
+    indices = sorted(set(only)) if only is not None else list(range(args.count))
+    left_out = [i for i in range(args.count) if i not in indices]
+    if left_out:
+        print(f"suite: --index leaves out scenarios {', '.join(map(str, left_out))}", flush=True)
+    specs = [draw_spec(args.seeds, i, args.duration) for i in indices]
     cache_dir = args.cache_dir or Path(f"suite-cache/{args.seeds}-{args.duration:g}s")
     t0 = time.perf_counter()
 
     def out(line: str) -> None:
         print(line, flush=True)
 
+    reuse_dir = getattr(args, "reuse", None)
+    if reuse_dir is not None and reuse_dir.resolve() == cache_dir.resolve():
+        print("poolpilot bench: error: --reuse must name another folder than --cache-dir", file=sys.stderr)
+        return 2
     if getattr(args, "report_only", False):
         found = [cached(cache_dir, s, default_policies()) for s in specs]
         records = [r for r in found if r is not None]
@@ -504,6 +549,8 @@ def main(args: Any) -> int:
             policies=default_policies(),
             jobs=jobs,
             out=out,
+            rerun=(POOLPILOT,),
+            reuse_dir=reuse_dir,
         )
     wall = time.perf_counter() - t0
     agg = aggregate(records)

@@ -1,0 +1,96 @@
+"""The forecast stage: each lever is sized for the demand that can arrive within its reaction time."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from poolpilot.policy.demand import envelope, forecast_demand, recent_peak, trend_per_s2
+from poolpilot.policy.types import HistoryEntry
+
+NOW = 1_000.0
+
+
+def hist(rates: list[float], step_s: float = 15.0) -> tuple[HistoryEntry, ...]:
+    """Entries ending one step before NOW, oldest first."""
+    n = len(rates)
+    return tuple(
+        HistoryEntry(time_s=NOW - step_s * (n - i), replicas=1, rate_per_s=r) for i, r in enumerate(rates)
+    )
+
+
+def fc_of(
+    now: float,
+    h: tuple[HistoryEntry, ...],
+    pod_s: float = 75.0,
+    node_s: float = 360.0,
+    covered_s: tuple[float, float] = (0.0, 0.0),
+) -> Any:
+    return forecast_demand(
+        now,
+        h,
+        NOW,
+        pod_reaction_s=pod_s,
+        node_reaction_s=node_s,
+        trend_window_s=300.0,
+        min_rise_ratio=0.1,
+        max_rise_ratio=0.1,
+        measure_window_s=covered_s[0],
+        tick_s=covered_s[1],
+    )
+
+
+def test_a_burst_is_remembered_for_the_reaction_time_and_no_longer() -> None:
+    # A 600/s burst 2 minutes ago, 100/s since.
+    h = hist([600.0] + [100.0] * 7)
+    assert recent_peak(100.0, h, NOW, 75.0) == 100.0  # pods react in 75 s: the burst is older
+    assert recent_peak(100.0, h, NOW, 360.0) == 600.0  # nodes take 6 min: it can come back first
+    fc = fc_of(100.0, h)
+    assert fc.replicas_per_s == 100.0
+    assert fc.nodes_per_s == 600.0
+    assert fc.trend_per_s2 == 0.0  # falling: no trend
+
+
+def test_a_rising_trend_adds_at_most_its_cap() -> None:
+    h = hist([100.0 + 10 * i for i in range(20)])  # +10/s every 15 s
+    slope = trend_per_s2(h, NOW, 300.0)
+    assert slope == pytest.approx(10 / 15, rel=1e-6)
+    now = 300.0
+    assert envelope(now, h, NOW, 75.0, slope, math.inf) == pytest.approx(now + slope * 75.0)
+    assert envelope(now, h, NOW, 360.0, slope, 0.1) == pytest.approx(now * 1.1)
+
+
+def test_ripple_is_not_a_trend() -> None:
+    h = hist([100.0, 101.0, 100.5, 101.5, 101.0, 102.0])
+    fc = fc_of(102.0, h)
+    assert fc.trend_per_s2 == 0.0
+    assert fc.replicas_per_s == fc.nodes_per_s == 102.0
+
+
+def test_envelopes_are_ordered_and_never_below_now() -> None:
+    h = hist([50.0, 400.0, 20.0, 300.0, 10.0])
+    for now in (0.0, 5.0, 500.0):
+        fc = fc_of(now, h, 40.0, 200.0)
+        assert now <= fc.replicas_per_s <= fc.nodes_per_s
+
+
+def test_nan_and_future_entries_are_ignored() -> None:
+    h = (
+        HistoryEntry(time_s=NOW - 30, replicas=1, rate_per_s=math.nan),
+        HistoryEntry(time_s=NOW + 30, replicas=1, rate_per_s=900.0),
+    )
+    assert recent_peak(10.0, h, NOW, 300.0) == 10.0
+
+
+def test_what_the_measurement_window_covers_is_not_counted_twice() -> None:
+    """A 60 s rate and the next tick cover 75 s: the replica lever (75 s) gets no look-back, nodes 285 s."""
+    h = hist([160.0] + [100.0] * 11 + [130.0])  # a noisy sample one tick ago; a peak 195 s ago
+    fc = fc_of(100.0, h, covered_s=(60.0, 15.0))
+    assert fc.trend_per_s2 == 0.0
+    assert fc.replicas_per_s == 100.0
+    assert fc.nodes_per_s == 160.0
+    old = hist([400.0] + [100.0] * 20)  # 315 s ago: beyond the node look-back of 285 s
+    assert fc_of(100.0, old).nodes_per_s == 400.0  # nothing covered: the whole 360 s
+    assert fc_of(100.0, old, covered_s=(60.0, 15.0)).nodes_per_s == 100.0
