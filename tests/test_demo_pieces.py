@@ -4,6 +4,7 @@ per-minute p99, and the pod-CIDR claim that keeps two sandboxes on one machine a
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,18 @@ import pytest
 from poolpilot import loads
 from poolpilot.loads import LoadError, Trace
 from poolpilot.sandbox.controlplane import PodCidrClaim
-from poolpilot.sandbox.demo import DemoConfig, manifests, parsed_specs, per_minute_p99, sim_params
+from poolpilot.sandbox.demo import (
+    DEFAULT_RELOAD_S,
+    DemoConfig,
+    build_trace,
+    manifests,
+    parsed_specs,
+    per_minute_p99,
+    request_overhead_ms,
+    rollout_seconds,
+    server_time_promql,
+    sim_params,
+)
 
 
 def _trace(times: list[float], duration_s: float) -> Trace:
@@ -54,6 +66,44 @@ def test_the_demo_applies_the_examples_with_its_flags_and_simulates_the_same_spe
     assert params.slo_ms == specs["pool"].slo.latency_target_ms
     assert params.batch_latency_ms == config.batch_latency_ms
     assert params.p99_source == "pod_summary_max"  # what the operator reads by default
+    assert sim_params(config, specs, reload_s=2.5).reload_s == 2.5
+    # The emulated GPU's profile is the pool's declared prior, so live and simulated policies start from it.
+    declared = specs["pool"].model.batch_latency
+    assert (declared.base_ms, declared.per_item_ms) == config.batch_latency_ms
+
+
+def test_the_scenario_starts_with_the_idle_minute_before_the_load() -> None:
+    config = DemoConfig(Path("/unused"), duration_s=120.0, idle_before_s=60.0)
+    trace, without = build_trace(config), build_trace(replace(config, idle_before_s=0.0))
+    assert trace.duration_s == without.duration_s + 60.0 == 180.0
+    assert trace.arrival_s.min() >= 60.0 and len(trace) == len(without)
+    assert trace.arrival_s.tolist() == pytest.approx((without.arrival_s + 60.0).tolist())
+
+
+def test_the_simulation_reloads_as_long_as_the_live_rollouts_took() -> None:
+    events = [
+        {"time": 100.0, "reason": "BatchingRolloutStarted"},
+        {"time": 103.0, "reason": "BatchingRolledOut"},
+        {"time": 200.0, "reason": "ScaledOut"},
+        {"time": 300.0, "reason": "BatchingRolloutStarted"},
+        {"time": 305.0, "reason": "BatchingRolledBack"},
+        {"time": 400.0, "reason": "BatchingRolloutStarted"},  # still running when the run ended
+    ]
+    assert rollout_seconds(events) == 4.0  # median of 3 s and 5 s
+    same_second = [
+        {"time": 7.0, "reason": "BatchingRolledOut"},
+        {"time": 7.0, "reason": "BatchingRolloutStarted"},
+    ]
+    assert rollout_seconds(same_second) == 0.0
+
+
+def test_the_serving_overhead_is_the_mean_latency_less_the_pods_queue_and_compute() -> None:
+    assert request_overhead_ms([100.0, 110.0, 120.0], 104.0) == pytest.approx(6.0)
+    assert request_overhead_ms([100.0], 130.0) == 0.0  # never negative
+    assert request_overhead_ms([], 50.0) == 0.0 and request_overhead_ms([100.0], math.nan) == 0.0
+    promql = server_time_promql(900.0)
+    assert "[930s]" in promql and promql.count("increase(") == 5 and 'namespace="chat"' in promql
+    assert rollout_seconds([]) == DEFAULT_RELOAD_S
 
 
 def test_bad_flags_name_the_flag() -> None:
@@ -61,6 +111,8 @@ def test_bad_flags_name_the_flag() -> None:
         DemoConfig(Path("."), node_provisioning_s=5)
     with pytest.raises(ValueError, match="--rate-scale"):
         DemoConfig(Path("."), rate_scale=0.0)
+    with pytest.raises(ValueError, match="--idle-before-seconds"):
+        DemoConfig(Path("."), idle_before_s=-1.0)
 
 
 def test_per_minute_p99_uses_served_requests_by_arrival_minute() -> None:

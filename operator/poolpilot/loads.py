@@ -322,6 +322,22 @@ def load_default_tokens() -> Trace | None:
         return None
 
 
+def delayed(trace: Trace, idle_s: float) -> Trace:
+    """The trace after `idle_s` seconds without any request (a pool that runs idle before its load)."""
+    if not (idle_s >= 0 and math.isfinite(idle_s)):
+        raise LoadError(f"idle time before the load must be >= 0 s, got {idle_s}")
+    if idle_s == 0:
+        return trace
+    return Trace(
+        arrival_s=trace.arrival_s + idle_s,
+        context_tokens=trace.context_tokens,
+        generated_tokens=trace.generated_tokens,
+        duration_s=trace.duration_s + idle_s,
+        name=trace.name,
+        description=f"{trace.description}; after {idle_s:g} s idle",
+    )
+
+
 def segment(trace: Trace, start_s: float, duration_s: float) -> Trace:
     """The requests in `[start_s, start_s + duration_s)`, shifted to start at 0 (a window of a trace)."""
     if not (start_s >= 0 and math.isfinite(start_s)):

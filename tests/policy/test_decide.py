@@ -640,3 +640,25 @@ def test_the_node_envelope_look_back_is_a_switch(kit: SimpleNamespace) -> None:
     )
     assert off.node_demand is not None and on.node_demand is not None
     assert on.node_demand.gpus_ahead > off.node_demand.gpus_ahead
+
+
+def test_a_declared_batch_latency_profile_is_the_prior(kit: SimpleNamespace) -> None:
+    """A pool declaring its model's measured profile (40 + 30·batch ms) is planned on it from the first tick,
+    where the A100-class default (50 + 2.19·batch) would call 3 replicas ample for 60 req/s."""
+    declared = kit.make_spec(
+        model={"name": "llama", "maxBatchSize": 32, "batchLatency": {"baseMs": 40, "perItemMs": 30}},
+        replicas={"min": 1, "max": 64},
+        **ONE_CONFIG,
+    )
+    default = kit.make_spec(
+        model={"name": "llama", "maxBatchSize": 32}, replicas={"min": 1, "max": 64}, **ONE_CONFIG
+    )
+    fresh = PoolState(replicas=3, batching=kit.batching(0))
+    signals = sig(60, 120, ready=3, avg_batch_size=math.nan, compute_us_per_exec=math.nan)
+    with_profile = decide(declared, fresh, signals, NOW)
+    without = decide(default, fresh, signals, NOW)
+    assert (with_profile.latency_model.a_ms, with_profile.latency_model.b_ms) == pytest.approx((40.0, 30.0))
+    assert (without.latency_model.a_ms, without.latency_model.b_ms) == pytest.approx(
+        (PolicyParams().prior_a_ms, PolicyParams().prior_b_ms)
+    )
+    assert with_profile.replicas > without.replicas

@@ -161,6 +161,21 @@ def test_estimate_tracks_a_batcher_simulation(rate_per_s: float, delay_ms: float
     assert est.p99_ms == pytest.approx(_des_p99(rate_per_s, delay_ms, k), rel=0.15)
 
 
+def _prior_p99(rate_per_s: float, delay_us: int, k: int, max_batch: int, replicas: int) -> float:
+    """The prior model's p99 for one replica's share of the load (requests of one item)."""
+    return estimate(
+        prior_model(PARAMS),
+        rate_per_s=rate_per_s,
+        max_queue_delay_us=delay_us,
+        instance_count=k,
+        max_batch_size=max_batch,
+        quantile=0.99,
+        items_per_request=1.0,
+        params=PARAMS,
+        replicas=replicas,
+    ).p99_ms
+
+
 @settings(max_examples=200, deadline=None, derandomize=True)  # reproducible in CI; see test_properties
 @given(
     rate=st.floats(0, 2_000),
@@ -170,23 +185,27 @@ def test_estimate_tracks_a_batcher_simulation(rate_per_s: float, delay_ms: float
     max_batch=st.integers(1, 256),
     replicas=st.integers(1, 64),
 )
-def test_more_load_never_predicts_a_lower_p99(
+def test_more_load_never_predicts_a_lower_p99_than_its_queue_delay_can_save(
     rate: float, extra: float, delay_us: int, k: int, max_batch: int, replicas: int
 ) -> None:
-    def p99(r: float) -> float:
-        return estimate(
-            prior_model(PARAMS),
-            rate_per_s=r,
-            max_queue_delay_us=delay_us,
-            instance_count=k,
-            max_batch_size=max_batch,
-            quantile=0.99,
-            items_per_request=1.0,
-            params=PARAMS,
-            replicas=replicas,
-        ).p99_ms
+    """Monotone up to the queue delay: a lone request waits the whole `max_queue_delay`, while with more load
+    batches fill and leave before it expires (Triton dispatches a full batch at once), so more load may
+    lower the p99 by at most the delay. Long exploration found exactly that (0/s: 120.11 ms, 44/s: 119.55 ms
+    at a 26 ms delay, 2 instances, max batch 4); the old statement was too strong."""
 
-    assert p99(rate + extra) >= p99(rate) - 1e-9
+    def p99(r: float) -> float:
+        return _prior_p99(r, delay_us, k, max_batch, replicas)
+
+    assert p99(rate + extra) >= p99(rate) - delay_us / 1000.0 - 1e-9
+
+
+def test_batches_that_fill_before_the_delay_expires_can_lower_the_p99() -> None:
+    """The counterexample that restated the property above, kept as an example of real batcher behaviour."""
+
+    def p99(r: float) -> float:
+        return _prior_p99(r, 26_167, 2, 4, 64)
+
+    assert p99(0.0) - 26.167 <= p99(44.0) < p99(0.0)  # 120.1 ms alone, 101.7 ms at 44/s per replica
 
 
 def test_the_measured_tail_transfers_across_instance_counts_with_their_slowdown() -> None:

@@ -211,6 +211,22 @@ def test_signals_use_only_samples_in_the_window_and_report_their_age() -> None:
     assert math.isnan(one.request_rate_per_s) and one.pending_requests == 3.0
 
 
+def test_a_serving_overhead_adds_to_every_served_request_and_to_what_the_policy_sees() -> None:
+    trace = poisson_trace(20.0, 300.0, seed=4)
+    base, slow = (
+        FleetEngine(
+            trace, SimParams(token_mode="none", request_overhead_ms=o), Scripted({}), initial_replicas=2
+        ).run()
+        for o in (0.0, 7.0)
+    )
+    ok = base.status == 0
+    assert (slow.status == base.status).all()
+    assert slow.latency_ms[ok] - base.latency_ms[ok] == pytest.approx(np.full(int(ok.sum()), 7.0))
+    assert slow.scrapes[-1].request_us - base.scrapes[-1].request_us == pytest.approx(
+        7_000.0 * slow.scrapes[-1].success
+    )
+
+
 def test_controller_sees_a_load_step_late_through_the_scrapes() -> None:
     params = SimParams(token_mode="none")
     trace = synthetic("step", duration_s=1800.0, rate_scale=10.0, seed=3)  # 55 → 165 req/s at 600 s

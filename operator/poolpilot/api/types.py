@@ -273,6 +273,21 @@ class TargetRef(_Model):
     )
 
 
+class BatchLatencySpec(_Model):
+    """The model's batch latency on one GPU with one instance: baseMs + perItemMs x batch (milliseconds)."""
+
+    base_ms: float = Field(
+        gt=0,
+        le=600_000,
+        description="Latency of a batch of one, less the per-item cost, in ms (the line's intercept).",
+    )
+    per_item_ms: float = Field(
+        ge=0,
+        le=600_000,
+        description="Latency added by each further request in a batch, in ms (the line's slope).",
+    )
+
+
 class ModelSpec(_Model):
     """The Triton model the pool serves; batching changes are applied to this model on every pod."""
 
@@ -290,6 +305,12 @@ class ModelSpec(_Model):
     )
     http_port: int = Field(
         default=8000, ge=1, le=65535, description="Port of Triton's HTTP/REST endpoint on each pod."
+    )
+    batch_latency: BatchLatencySpec | None = Field(
+        default=None,
+        description="The model's batch latency as perf_analyzer or Model Analyzer measures it on this GPU: "
+        "the policy's prior until the pool's own executions say otherwise (a slope is learned only once "
+        "batch sizes spread). Unset: an A100-class decode step, 50 + 2.19 x batch ms.",
     )
 
 

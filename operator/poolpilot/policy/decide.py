@@ -34,6 +34,7 @@ from poolpilot.policy.model import (
     prior_model,
     with_correction,
     with_offset,
+    with_spec_prior,
 )
 from poolpilot.policy.params import DEFAULT_PARAMS, PolicyParams
 from poolpilot.policy.plan import (
@@ -210,6 +211,7 @@ def decide(
     `history` into the next `PoolState` (`poolpilot.policy.advance` does it).
     """
     validate(spec, state, now_s)
+    params = with_spec_prior(spec, params)
     model = state.latency_model or prior_model(params)
     if spec.mode == Mode.OFF:
         return _hold(spec, state, model, "mode Off: PoolPilot changes nothing on this pool", off=True)

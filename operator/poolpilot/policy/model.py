@@ -16,8 +16,21 @@ import math
 from dataclasses import dataclass, replace
 from statistics import NormalDist
 
+from poolpilot.api.types import InferencePoolSpec
 from poolpilot.policy.params import PolicyParams
 from poolpilot.policy.types import LatencyModel
+
+
+def with_spec_prior(spec: InferencePoolSpec, params: PolicyParams) -> PolicyParams:
+    """`params` with the prior line the pool's spec declares (`spec.model.batchLatency`), if any.
+
+    A measured profile of the model on its GPU is a better prior than any default; the pool's own
+    executions still move the line (`observe`).
+    """
+    declared = spec.model.batch_latency
+    if declared is None:
+        return params
+    return replace(params, prior_a_ms=declared.base_ms, prior_b_ms=declared.per_item_ms)
 
 
 def prior_model(params: PolicyParams) -> LatencyModel:

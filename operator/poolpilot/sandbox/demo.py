@@ -75,6 +75,9 @@ class DemoConfig:
     scrape_interval_s: float = 5.0
     batch_latency_ms: tuple[float, float] = (40.0, 30.0)
     initial_replicas: int = 3
+    # The pool is handed to the operator this long before the load arrives (the scenario, live and simulated,
+    # starts with it: the operator's first ticks and rate windows see an idle pool, as a live pool's do).
+    idle_before_s: float = 60.0
     # None: the pool's default (300 s) divided by time_compress — the trace's time runs K× faster, so do
     # the policy's slow clocks; otherwise the fall of a 15-minute demo never reaches a scale-in.
     scale_down_stabilization_s: int | None = None
@@ -93,6 +96,8 @@ class DemoConfig:
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
                 raise ValueError(f"--{name.replace('_', '-')} must be a number > 0, got {v}")
+        if not (math.isfinite(self.idle_before_s) and 0 <= self.idle_before_s <= 600):
+            raise ValueError(f"--idle-before-seconds must be in [0, 600], got {self.idle_before_s}")
         if not 30 <= self.node_provisioning_s <= 600:
             raise ValueError(
                 f"--node-provisioning-seconds must be in [30, 600], got {self.node_provisioning_s}"
@@ -105,11 +110,12 @@ class DemoConfig:
 
 
 def build_trace(config: DemoConfig) -> Trace:
-    """The demo's load: a segment of the trace, time-compressed, then cloned to the rate scale."""
+    """The demo's load: a segment of the trace, time-compressed, cloned to the rate scale, after the idle
+    time (the trace's t = 0 is when the InferencePool is applied)."""
     whole = loads.load_azure_csv(config.trace)
     seg = loads.segment(whole, config.trace_start_s, config.duration_s * config.time_compress)
     seg = loads.scale_rate(seg, config.time_compress, seed=config.seed, method="compress")
-    return loads.scale_rate(seg, config.rate_scale, seed=config.seed)
+    return loads.delayed(loads.scale_rate(seg, config.rate_scale, seed=config.seed), config.idle_before_s)
 
 
 def example(name: str) -> dict[str, Any]:
@@ -123,6 +129,9 @@ def manifests(config: DemoConfig, repository: Path) -> dict[str, dict[str, Any]]
     docs["10-gpunodepool.yaml"]["spec"]["provisioningSeconds"] = config.node_provisioning_s
     replicas = docs["40-inferencepool.yaml"]["spec"].setdefault("replicas", {})
     replicas["scaleDownStabilizationSeconds"] = config.stabilization_s
+    # The emulated GPU's profile, as perf_analyzer would measure it: the policy's prior (live and simulated).
+    a, b = config.batch_latency_ms
+    docs["40-inferencepool.yaml"]["spec"]["model"]["batchLatency"] = {"baseMs": a, "perItemMs": b}
     dep = docs["20-deployment.yaml"]
     dep["spec"]["replicas"] = config.initial_replicas
     dep["spec"]["template"]["metadata"]["annotations"]["sandbox.poolpilot.io/model-repository"] = str(
@@ -176,6 +185,8 @@ class LiveRun:
     setup_s: float = math.nan
     load_s: float = math.nan
     started_wall: float = math.nan
+    # Mean time a served request spent in the pods' queues and executions (Triton's counters), in ms.
+    server_time_ms: float = math.nan
 
 
 class Observer:
@@ -266,6 +277,30 @@ def _wait(what: str, check: Any, timeout_s: float, box: Any) -> None:
     raise RuntimeError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
+SERVER_TIME_US = (
+    "nv_inference_queue_duration_us",
+    "nv_inference_compute_input_duration_us",
+    "nv_inference_compute_infer_duration_us",
+    "nv_inference_compute_output_duration_us",
+)
+
+
+def server_time_promql(window_s: float) -> str:
+    """PromQL: mean ms a served request spent queued and executing in the pods over the last `window_s`."""
+    w = f"{math.ceil(window_s) + 30}s"
+    spent = " + ".join(f'sum(increase({m}{{namespace="{NAMESPACE}"}}[{w}]))' for m in SERVER_TIME_US)
+    return f'({spent}) / sum(increase(nv_inference_request_success{{namespace="{NAMESPACE}"}}[{w}])) / 1000'
+
+
+def request_overhead_ms(latency_ms: list[float], server_time_ms: float) -> float:
+    """Mean serving overhead outside the queue and the execution: the load generator's mean latency of
+    served requests less the pods' mean queue + compute time (HTTP, (de)serialisation, the event loops of
+    client and executor on this CPU). 0 when either is unknown."""
+    if not latency_ms or not math.isfinite(server_time_ms):
+        return 0.0
+    return max(0.0, float(np.mean(latency_ms)) - server_time_ms)
+
+
 def _progress(t_s: float, total_s: float, s: Sample) -> str:
     decision = s.last_decision
     reasons = decision.get("reasons") or []
@@ -341,6 +376,7 @@ def run_live(config: DemoConfig, trace: Trace, out: LiveRun) -> None:
             )
             values = series[0]["values"] if series else []
             out.prometheus[key] = [(float(t) - out.started_wall, float(v)) for t, v in values]
+        out.server_time_ms = obs.prom(server_time_promql(end - out.started_wall))
     finally:
         box.stop()
         print("sandbox stopped", flush=True)
@@ -430,7 +466,7 @@ def _sample_loop(obs: Observer, config: DemoConfig, out: LiveRun, t0: float, sto
             out.decisions.append({"t_s": t_s, **s.last_decision})
         if t_s - last_print >= 10:
             last_print = t_s
-            print(_progress(t_s, config.duration_s, s), flush=True)
+            print(_progress(t_s, config.duration_s + config.idle_before_s, s), flush=True)
         stop.wait(max(0.0, config.scrape_interval_s - (time.monotonic() - t0 - t_s)))
 
 
@@ -567,8 +603,30 @@ def initial_batching(config: DemoConfig) -> Any:
     return batching_of(config_from_pbtxt(text, model_name=MODEL))
 
 
-def sim_params(config: DemoConfig, specs: dict[str, Any]) -> Any:
-    """SimParams of the demo scenario: the live run's curve, lead times, scrape interval, specs and seed."""
+DEFAULT_RELOAD_S = 1.0
+"""Reload time given to the simulation when the live run had no rollout (the emulated model loads in well
+under a second)."""
+
+
+def rollout_seconds(events: list[dict[str, Any]]) -> float:
+    """Median time from each `BatchingRolloutStarted` to its end (rolled out or back), from the Events."""
+    spans, started = [], None
+    # Events carry whole seconds: a rollout that started and ended within one sorts start first.
+    for e in sorted(events, key=lambda e: (e["time"], e["reason"] != "BatchingRolloutStarted")):
+        if e["reason"] == "BatchingRolloutStarted":
+            started = e["time"]
+        elif e["reason"] in ("BatchingRolledOut", "BatchingRolledBack") and started is not None:
+            spans.append(max(0.0, e["time"] - started))
+            started = None
+    finite = [x for x in spans if math.isfinite(x)]
+    return float(np.median(finite)) if finite else DEFAULT_RELOAD_S
+
+
+def sim_params(
+    config: DemoConfig, specs: dict[str, Any], reload_s: float = DEFAULT_RELOAD_S, overhead_ms: float = 0.0
+) -> Any:
+    """SimParams of the demo scenario: the live run's curve, lead times, scrape interval, reload time
+    (`rollout_seconds`) and serving overhead (`request_overhead_ms`) as measured live, specs and seed."""
     from poolpilot.sim.params import SimParams
 
     pool, node_pool = specs["pool"], specs["node_pool"]
@@ -594,12 +652,20 @@ def sim_params(config: DemoConfig, specs: dict[str, Any]) -> Any:
         max_replicas=pool.replicas.max,
         initial_replicas=config.initial_replicas,
         scrape_interval_s=config.scrape_interval_s,
+        reload_s=reload_s,
+        request_overhead_ms=overhead_ms,
         p99_source="pod_summary_max",  # the operator's default latency source (Triton's per-pod summary)
         seed=config.seed,
     )
 
 
-def simulate_demo(config: DemoConfig, trace: Trace, specs: dict[str, Any]) -> Any:
+def simulate_demo(
+    config: DemoConfig,
+    trace: Trace,
+    specs: dict[str, Any],
+    reload_s: float = DEFAULT_RELOAD_S,
+    overhead_ms: float = 0.0,
+) -> Any:
     """The demo scenario through the simulator, with the operator's pool tick on the same specs."""
     from poolpilot.sim.controllers import PoolPilotController
     from poolpilot.sim.run import simulate
@@ -615,7 +681,7 @@ def simulate_demo(config: DemoConfig, trace: Trace, specs: dict[str, Any]) -> An
             initial_batching=batching,
         )
 
-    return simulate(trace, factory, sim_params(config, specs))
+    return simulate(trace, factory, sim_params(config, specs, reload_s, overhead_ms))
 
 
 # --- agreement ---------------------------------------------------------------------------------------------
@@ -677,7 +743,11 @@ def run_demo(config: DemoConfig, json_out: Path, report_dir: Path) -> dict[str, 
     run = LiveRun()
     run_live(config, trace, run)
     live = live_result(config, trace, run, specs)
-    sim = simulate_demo(config, trace, specs)
+    reload_s = rollout_seconds(run.events)
+    overhead = request_overhead_ms(
+        [r.latency_ms for r in run.records if r.status == "success"], run.server_time_ms
+    )
+    sim = simulate_demo(config, trace, specs, reload_s, overhead)
     recs = run.records
     live_p99 = per_minute_p99(
         np.array([r.intended_send_s for r in recs]),
@@ -697,7 +767,8 @@ def run_demo(config: DemoConfig, json_out: Path, report_dir: Path) -> dict[str, 
             "trace": trace.description,
             "requests": len(trace),
             "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()},
-            "params": sim_params(config, specs).as_dict(),
+            "params": sim_params(config, specs, reload_s, overhead).as_dict(),
+            "server_time_ms": run.server_time_ms,
             "started_wall": run.started_wall,
             "setup_s": run.setup_s,
             "load_s": run.load_s,
@@ -751,6 +822,10 @@ def add_arguments(parser: Any) -> None:
     )  # fmt: skip
     parser.add_argument("--initial-replicas", type=int, default=d.initial_replicas)
     parser.add_argument(
+        "--idle-before-seconds", type=float, default=d.idle_before_s, metavar="S",
+        help="the pool is handed to the operator this long before the load (live and simulated)",
+    )  # fmt: skip
+    parser.add_argument(
         "--scale-down-stabilization-seconds", type=int, default=None, metavar="S",
         help="the pool's scale-in window (default: 300 s / --time-compress)",
     )  # fmt: skip
@@ -771,6 +846,7 @@ def main(args: Any) -> int:
             scrape_interval_s=args.scrape_interval_seconds,
             batch_latency_ms=args.batch_latency_ms,
             initial_replicas=args.initial_replicas,
+            idle_before_s=args.idle_before_seconds,
             scale_down_stabilization_s=args.scale_down_stabilization_seconds,
         )
         build_trace(config)  # bad trace flags fail here, before a cluster starts

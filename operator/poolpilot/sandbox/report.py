@@ -43,6 +43,13 @@ def minutes_within(per_minute: list[Any], slo_ms: float, after_s: float) -> tupl
     return met, len(counted)
 
 
+def first_lead_s(doc: dict[str, Any]) -> tuple[float, float]:
+    """(when the load starts, when the first node ordered for it can be serving: start + node lead)."""
+    run = doc["_run"]
+    idle = _num(run["config"].get("idle_before_s", 0.0))
+    return idle, idle + _num(run["params"]["node_provisioning_s"])
+
+
 def _plots(doc: dict[str, Any], out_dir: Path) -> None:
     import matplotlib
 
@@ -50,14 +57,16 @@ def _plots(doc: dict[str, Any], out_dir: Path) -> None:
     import matplotlib.pyplot as plt
 
     slo = _num(doc["live"]["slo_ms"])
-    lead = _num(doc["_run"]["params"]["node_provisioning_s"])
+    start, lead = first_lead_s(doc)
 
     def figure(name: str, title: str, ylabel: str) -> Any:
         fig, ax = plt.subplots(figsize=(10, 3.6))
         ax.set_title(title)
-        ax.set_xlabel("time since the load started (s)")
+        ax.set_xlabel("time since the InferencePool was applied (s)")
         ax.set_ylabel(ylabel)
-        ax.axvline(lead, color="grey", lw=0.8, ls=":", label=f"first node lead ({lead:.0f} s)")
+        if start > 0:
+            ax.axvline(start, color="black", lw=0.8, ls="--", label=f"load starts ({start:.0f} s)")
+        ax.axvline(lead, color="grey", lw=0.8, ls=":", label=f"load start + node lead ({lead:.0f} s)")
         return fig, ax
 
     def save(fig: Any, ax: Any, name: str) -> None:
@@ -192,7 +201,7 @@ def write_report(doc: dict[str, Any], out_dir: Path) -> Path:
     _plots(doc, out_dir)
     live, sim, agree, run = doc["live"], doc["simulated"], doc["agreement"], doc["_run"]
     slo = _num(live["slo_ms"])
-    lead = _num(run["params"]["node_provisioning_s"])
+    _, lead = first_lead_s(doc)
     met, counted = minutes_within(agree["per_minute_p99_ms"]["live"], slo, lead)
     sim_met, _ = minutes_within(agree["per_minute_p99_ms"]["simulated"], slo, lead)
     cfg = run["config"]
@@ -203,14 +212,18 @@ def write_report(doc: dict[str, Any], out_dir: Path) -> Path:
         f"Node lead {cfg['node_provisioning_s']} s, pod start {cfg['pod_start_s']} s, scrape every "
         f"{cfg['scrape_interval_s']} s, GPU curve {cfg['batch_latency_ms'][0]:g} + "
         f"{cfg['batch_latency_ms'][1]:g}·batch ms (+ the longest request's tokens above 2,048), "
-        f"seed {cfg['seed']}.",
+        f"seed {cfg['seed']}. Measured live and given to the simulation: reload "
+        f"{_fmt(run['params'].get('reload_s'), '.1f')} s per rollout, serving overhead "
+        f"{_fmt(run['params'].get('request_overhead_ms'), '.1f')} ms per request (mean latency less the "
+        "pods' queue and compute time).",
         f"Run time: {_fmt(run.get('total_s'), '.0f')} s in all (cluster start and first pods "
         f"{_fmt(run.get('setup_s'), '.0f')} s, load {_fmt(run.get('load_s'), '.0f')} s). The load generator "
         f"sent {run['loadgen'].get('sent', '–')} requests, lateness p99 "
         f"{_fmt(run['loadgen'].get('lateness_p99_ms'), '.0f')} ms (its own scheduling delay on this "
         "machine).",
         "",
-        f"**Minutes within the objective after the first node lead ({lead:.0f} s):** live {met}/{counted}"
+        f"**Minutes within the objective from the load's start plus the first node lead ({lead:.0f} s):** "
+        f"live {met}/{counted}"
         f" ({met / counted:.0%}), simulated {sim_met}/{counted}."
         if counted
         else "",

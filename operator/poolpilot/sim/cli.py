@@ -124,6 +124,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--reload-s", type=float, default=30.0, help="batching change: background reload time"
     )
     parser.add_argument(
+        "--request-overhead-ms",
+        type=float,
+        default=0.0,
+        help="serving overhead outside queue and execution, added to each served request (default 0: a GPU "
+        "profile includes it)",
+    )
+    parser.add_argument(
         "--instance-interference", type=float, default=DEFAULT_INSTANCE_INTERFERENCE,
         help="slowdown per other execution running on the same GPU (instance_count > 1)",
     )  # fmt: skip
@@ -167,6 +174,7 @@ def build_params(args: argparse.Namespace) -> SimParams:
         max_nodes=args.max_nodes,
         initial_replicas=args.initial_replicas,
         reload_s=args.reload_s,
+        request_overhead_ms=args.request_overhead_ms,
         instance_interference=args.instance_interference,
         scrape_interval_s=args.scrape_interval_s,
         p99_source=args.p99_source,

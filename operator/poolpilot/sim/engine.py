@@ -475,7 +475,7 @@ class FleetEngine:
                 i_hi = i_lo + int(lens.sum())
                 items = np.asarray(seg_items[i_lo:i_hi], dtype=np.int64)
                 a = arr_np[items]
-                lat_ms = (np.repeat(fin, lens) - a) * 1000.0
+                lat_ms = (np.repeat(fin, lens) - a) * 1000.0 + p.request_overhead_ms
                 q_s = np.repeat(st, lens) - a
                 cnt.success += len(items)
                 cnt.execs += hi - lo
@@ -704,7 +704,7 @@ class FleetEngine:
         if seg_items:
             items = np.asarray(seg_items, dtype=np.int64)
             lens = np.asarray(seg_len, dtype=np.int64)
-            finish[items] = np.repeat(np.asarray(seg_finish), lens)
+            finish[items] = np.repeat(np.asarray(seg_finish), lens) + p.request_overhead_ms / 1000.0
             start_arr[items] = np.repeat(np.asarray(seg_start), lens)
             status[items] = OK
         if rej_idx:

@@ -54,6 +54,10 @@ class SimParams:
     # Pods
     pod_start_s: float = 60.0  # pod start + model load
     reload_s: float = 30.0  # a batching change: background model reload on every pod, then swap
+    # Serving overhead outside the queue and the batch's execution (HTTP, (de)serialisation, the network),
+    # added to every served request's latency. 0 for Triton on a GPU, whose measured profile is the whole
+    # cost; the sandbox demo sets the CPU executor's, measured in its live run.
+    request_overhead_ms: float = 0.0
     min_replicas: int = 1
     max_replicas: int = 256
     initial_replicas: int | None = None  # None: warm start for the first minute's load (see run.py)
@@ -82,6 +86,7 @@ class SimParams:
             "node_provisioning_s",
             "pod_start_s",
             "reload_s",
+            "request_overhead_ms",
             "control_phase_s",
         )
         for name in non_negative:
