@@ -64,3 +64,31 @@ def test_retired_summed_token_parameter_is_a_clear_error() -> None:
 def test_bad_token_reference_names_the_parameter() -> None:
     with pytest.raises(BackendError, match="emulated_token_ref"):
         EmulatedBackend(_config(emulated_batch_latency_ms="1,0", emulated_token_ref="-3"))
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "kind"),
+    [
+        ("emulated_token_ms_per_1k", "ten", "a number"),
+        ("emulated_token_ref", "2048.5", "an integer"),
+        ("emulated_instance_interference", "0,3", "a number"),
+    ],
+)
+def test_a_model_parameter_that_is_not_a_number_is_a_400_naming_it(key: str, value: str, kind: str) -> None:
+    with pytest.raises(BackendError, match=f"parameter {key} must be {kind}, got '{value}'") as err:
+        EmulatedBackend(_config(emulated_batch_latency_ms="1,0", **{key: value}))
+    assert err.value.status == 400
+
+
+def test_empty_model_parameters_take_the_defaults() -> None:
+    backend = EmulatedBackend(
+        _config(
+            emulated_batch_latency_ms="1,0",
+            emulated_token_ms_per_1k="",
+            emulated_token_ref="",
+            emulated_instance_interference="",
+        )
+    )
+    # No token term unless asked for (the curve's own default is the simulator's); reference and
+    # interference keep the shared defaults.
+    assert backend.curve == GpuCurve(a_ms=1.0, b_ms=0.0, token_ms_per_1k=0.0)

@@ -23,9 +23,8 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import tritonclient.http as triton_http
@@ -50,7 +49,9 @@ MODEL = "llm_emulated"
 TICK_S = 5
 # The example model runs a 5000 µs queue delay: with these bounds a batching change is due at once.
 OUT_OF_BOUNDS = {"maxQueueDelayMicroseconds": {"min": 0, "max": 2000}}
-T = TypeVar("T")
+# Waits poll every second and pass logs=[box.operator_process]: on a timeout the operator's log tail is in
+# the message (it may be restarting).
+POLL_S = 1.0
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -59,25 +60,12 @@ def _node_pool(sandbox: Sandbox) -> None:
     node_pool = example("10-gpunodepool.yaml")
     node_pool["spec"]["provisioningSeconds"] = 10
     node_pool["spec"]["nodes"] = {"min": 1, "max": 4}
-    apply(sandbox, node_pool)
+    kube.apply(sandbox.cluster, node_pool)
 
 
 # ------------------------------------------------------------------------------------------- helpers
 
 example = kube.sandbox_example
-
-
-def apply(box: Sandbox, obj: dict[str, Any]) -> None:
-    kube.apply(box.cluster, obj)
-
-
-def get(box: Sandbox, *args: str) -> dict[str, Any]:
-    return kube.get(box.cluster, *args)
-
-
-def wait_for(fn: Callable[[], T | None], what: str, box: Sandbox, timeout_s: float = 120) -> T:
-    """Poll every second; on timeout the operator's log tail is in the message (it may be restarting)."""
-    return kube.wait_for(fn, what, timeout_s, interval_s=1.0, logs=[box.operator_process])
 
 
 def ready_pods(box: Sandbox, ns: str) -> list[dict[str, Any]]:
@@ -110,7 +98,7 @@ def status_key(s: dict[str, Any]) -> tuple[int, int, int]:
 
 
 def pool_status(box: Sandbox, ns: str) -> dict[str, Any]:
-    status: dict[str, Any] = get(box, "inferencepool", "chat", "-n", ns).get("status") or {}
+    status: dict[str, Any] = kube.get(box.cluster, "inferencepool", "chat", "-n", ns).get("status") or {}
     return status
 
 
@@ -120,7 +108,7 @@ def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
 
 
 def pool_events(box: Sandbox, ns: str, reason: str | None = None) -> list[dict[str, Any]]:
-    items = get(box, "events", "-n", ns, "--field-selector", "involvedObject.name=chat")["items"]
+    items = kube.get(box.cluster, "events", "-n", ns, "--field-selector", "involvedObject.name=chat")["items"]
     return [e for e in items if reason is None or e["reason"] == reason]
 
 
@@ -148,8 +136,14 @@ def deploy(box: Sandbox, ns: str, *, replicas: int, repository: Path, pool_label
     template["annotations"][REPOSITORY_ANNOTATION] = str(repository)
     template["labels"]["poolpilot.io/pool"] = pool_label
     for obj in (namespace, service, deployment):
-        apply(box, obj)
-    wait_for(lambda: len(ready_pods(box, ns)) == replicas, f"{replicas} Ready pods in {ns}", box, 180)
+        kube.apply(box.cluster, obj)
+    kube.wait_for(
+        lambda: len(ready_pods(box, ns)) == replicas,
+        f"{replicas} Ready pods in {ns}",
+        180,
+        interval_s=POLL_S,
+        logs=[box.operator_process],
+    )
 
 
 def inference_pool(ns: str, *, node_pool: bool = True, **spec: Any) -> dict[str, Any]:
@@ -166,17 +160,23 @@ def inference_pool(ns: str, *, node_pool: bool = True, **spec: Any) -> dict[str,
 
 def cleanup(box: Sandbox, ns: str) -> None:
     box.cluster.kubectl("delete", "namespace", ns, "--wait=false")
-    wait_for(lambda: not get(box, "pods", "-n", ns)["items"] or None, f"the pods of {ns} gone", box, 120)
+    kube.wait_for(
+        lambda: not kube.get(box.cluster, "pods", "-n", ns)["items"] or None,
+        f"the pods of {ns} gone",
+        120,
+        interval_s=POLL_S,
+        logs=[box.operator_process],
+    )
 
 
 def gpu_nodes(box: Sandbox) -> set[str]:
-    items = get(box, "nodes", "-l", "poolpilot.io/gpu-pool=sandbox-gpus")["items"]
+    items = kube.get(box.cluster, "nodes", "-l", "poolpilot.io/gpu-pool=sandbox-gpus")["items"]
     return {n["metadata"]["name"] for n in items}
 
 
 def print_story(box: Sandbox, ns: str) -> None:
     """On failure: what happened, in order."""
-    for e in get(box, "events", "-n", ns)["items"]:
+    for e in kube.get(box.cluster, "events", "-n", ns)["items"]:
         print("event", e.get("lastTimestamp"), e["involvedObject"]["name"], e["reason"], e["message"][:300])
     print("status:", json.dumps(pool_status(box, ns))[:3000])
 
@@ -188,11 +188,11 @@ def print_story(box: Sandbox, ns: str) -> None:
 def test_a_recommend_pool_under_load_reports_and_changes_nothing(sandbox: Sandbox, tmp_path: Path) -> None:
     box, ns = sandbox, "recommend"
     deploy(box, ns, replicas=2, repository=model_repository(tmp_path))
-    before_dep = get(box, "deployment", "chat-triton", "-n", ns)
+    before_dep = kube.get(box.cluster, "deployment", "chat-triton", "-n", ns)
     before_pods = {p["metadata"]["name"]: model_config(p) for p in ready_pods(box, ns)}
     before_nodes = gpu_nodes(box)
-    apply(
-        box,
+    kube.apply(
+        box.cluster,
         inference_pool(
             ns,
             mode="Recommend",
@@ -249,7 +249,7 @@ def test_a_recommend_pool_under_load_reports_and_changes_nothing(sandbox: Sandbo
 
     # Nothing touched: the workload (not even a no-op write: same generation), each pod's model config
     # (read back from every pod with tritonclient), the pods themselves, and the nodes.
-    after_dep = get(box, "deployment", "chat-triton", "-n", ns)
+    after_dep = kube.get(box.cluster, "deployment", "chat-triton", "-n", ns)
     assert after_dep["metadata"]["generation"] == before_dep["metadata"]["generation"]
     assert after_dep["spec"]["replicas"] == 2
     after_pods = {p["metadata"]["name"]: model_config(p) for p in ready_pods(box, ns)}
@@ -283,18 +283,34 @@ def test_a_reload_failing_on_one_pod_is_rolled_back_on_every_pod(sandbox: Sandbo
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
         return str(own) in cmdline and victim in {p["metadata"]["name"] for p in ready_pods(box, ns)}
 
-    wait_for(restarted_on_own_repository, f"{victim} restarted on its own repository", box, 120)
+    kube.wait_for(
+        restarted_on_own_repository,
+        f"{victim} restarted on its own repository",
+        120,
+        interval_s=POLL_S,
+        logs=[box.operator_process],
+    )
     shutil.rmtree(own / MODEL)
     pods = ready_pods(box, ns)
     assert len(pods) == 3 and {key(batching(p)) for p in pods} == original
 
     # A spec bound the running queue delay is outside of: a batching change is due at once. Replicas are
     # pinned: only batching is in play.
-    apply(box, inference_pool(ns, replicas={"min": 3, "max": 3}, batching=OUT_OF_BOUNDS))
-    rolled_back = wait_for(
-        lambda: pool_events(box, ns, "BatchingRolledBack"), "a BatchingRolledBack Event", box, 180
+    kube.apply(box.cluster, inference_pool(ns, replicas={"min": 3, "max": 3}, batching=OUT_OF_BOUNDS))
+    rolled_back = kube.wait_for(
+        lambda: pool_events(box, ns, "BatchingRolledBack"),
+        "a BatchingRolledBack Event",
+        180,
+        interval_s=POLL_S,
+        logs=[box.operator_process],
     )
-    wait_for(lambda: "rollout" not in pool_status(box, ns), "the rollback to finish", box, 120)
+    kube.wait_for(
+        lambda: "rollout" not in pool_status(box, ns),
+        "the rollback to finish",
+        120,
+        interval_s=POLL_S,
+        logs=[box.operator_process],
+    )
     print_story(box, ns)
 
     # Said: a Warning Event naming the pod and Triton's error, and a condition.
@@ -356,14 +372,16 @@ def test_an_operator_killed_mid_rollout_finishes_it_after_a_restart(sandbox: San
     deploy(box, ns, replicas=4, repository=model_repository(tmp_path, load_s=3.0))
     original = {key(batching(p)) for p in ready_pods(box, ns)}
     assert len(original) == 1
-    apply(box, inference_pool(ns, replicas={"min": 4, "max": 4}, batching=OUT_OF_BOUNDS))
+    kube.apply(box.cluster, inference_pool(ns, replicas={"min": 4, "max": 4}, batching=OUT_OF_BOUNDS))
 
     def mid_rollout() -> dict[str, Any] | None:
         rollout = pool_status(box, ns).get("rollout") or {}
         done, total = rollout.get("updatedReplicas", 0), rollout.get("totalReplicas", 0)
         return rollout if rollout.get("phase") == "Progressing" and 1 <= done < total else None
 
-    rollout = wait_for(mid_rollout, "a rollout half-way", box, 180)
+    rollout = kube.wait_for(
+        mid_rollout, "a rollout half-way", 180, interval_s=POLL_S, logs=[box.operator_process]
+    )
     box.operator_process.kill()
     killed_at = time.monotonic()
     configs = [key(batching(p)) for p in ready_pods(box, ns)]
@@ -373,7 +391,13 @@ def test_an_operator_killed_mid_rollout_finishes_it_after_a_restart(sandbox: San
     assert target in configs and original <= set(configs)
 
     box.operator_process.restart()
-    wait_for(box.operator_process.healthy, "the restarted operator healthy", box, 60)
+    kube.wait_for(
+        box.operator_process.healthy,
+        "the restarted operator healthy",
+        60,
+        interval_s=POLL_S,
+        logs=[box.operator_process],
+    )
 
     def converged() -> set[tuple[int, int, int]] | None:
         status = pool_status(box, ns)
@@ -382,7 +406,13 @@ def test_an_operator_killed_mid_rollout_finishes_it_after_a_restart(sandbox: San
         running = {key(batching(p)) for p in ready_pods(box, ns)}
         return running if running == {status_key(status["batching"])} else None
 
-    final = wait_for(converged, "every pod on the pool's setting after the restart", box, 300)
+    final = kube.wait_for(
+        converged,
+        "every pod on the pool's setting after the restart",
+        300,
+        interval_s=POLL_S,
+        logs=[box.operator_process],
+    )
     print(f"converged {time.monotonic() - killed_at:.0f} s after the kill on {final}")
     print_story(box, ns)
     assert final in ({target}, original)  # finished, or rolled back: never a third config
@@ -405,8 +435,8 @@ def test_metrics_that_do_not_describe_the_pool_hold_it(sandbox: Sandbox, tmp_pat
     deploy(box, ns, replicas=3, repository=model_repository(tmp_path), pool_label="chat-old")
     original = {key(batching(p)) for p in ready_pods(box, ns)}
     stabilisation_s = 20
-    apply(
-        box,
+    kube.apply(
+        box.cluster,
         inference_pool(
             ns,
             node_pool=False,  # idle, on its metrics the pool would scale in
@@ -420,7 +450,9 @@ def test_metrics_that_do_not_describe_the_pool_hold_it(sandbox: Sandbox, tmp_pat
         metrics = condition(status, "MetricsAvailable")
         return status if metrics.get("status") == "False" else None
 
-    status = wait_for(held, "MetricsAvailable=False", box, 120)
+    status = kube.wait_for(
+        held, "MetricsAvailable=False", 120, interval_s=POLL_S, logs=[box.operator_process]
+    )
     metrics = condition(status, "MetricsAvailable")
     assert metrics["reason"] == "MetricsMissing" and "pool='chat'" in metrics["message"], metrics
     assert status["lastDecision"]["action"] == "Hold"
@@ -429,7 +461,7 @@ def test_metrics_that_do_not_describe_the_pool_hold_it(sandbox: Sandbox, tmp_pat
     replicas_seen = set()
     deadline = time.monotonic() + 3 * stabilisation_s
     while time.monotonic() < deadline:
-        replicas_seen.add(get(box, "deployment", "chat-triton", "-n", ns)["spec"]["replicas"])
+        replicas_seen.add(kube.get(box.cluster, "deployment", "chat-triton", "-n", ns)["spec"]["replicas"])
         time.sleep(TICK_S)
     print_story(box, ns)
     assert replicas_seen == {3}
@@ -452,17 +484,19 @@ def test_metrics_that_do_not_describe_the_pool_hold_it(sandbox: Sandbox, tmp_pat
         "-p",
         json.dumps({"spec": {"template": {"metadata": {"labels": {"poolpilot.io/pool": "chat"}}}}}),
     )
-    wait_for(
+    kube.wait_for(
         lambda: condition(pool_status(box, ns), "MetricsAvailable").get("status") == "True",
         "MetricsAvailable=True once the label is fixed",
-        box,
         180,
+        interval_s=POLL_S,
+        logs=[box.operator_process],
     )
-    wait_for(
+    kube.wait_for(
         lambda: [e for e in pool_events(box, ns) if e["reason"] in ("ScaledIn", "BatchingRolloutStarted")],
         "the pool acting once its metrics are there",
-        box,
         300,
+        interval_s=POLL_S,
+        logs=[box.operator_process],
     )
     cleanup(box, ns)
 
@@ -481,19 +515,25 @@ def test_prometheus_down_holds_the_pool(sandbox: Sandbox, tmp_path: Path) -> Non
     # An idle pool that, on its metrics, scales in after the stabilisation window — Prometheus is down.
     box.prometheus.stop()
     try:
-        apply(
-            box,
+        kube.apply(
+            box.cluster,
             inference_pool(
                 ns,
                 node_pool=False,
                 replicas={"min": 1, "max": 3, "scaleDownStabilizationSeconds": stabilisation_s},
             ),
         )
-        wait_for(unreachable, "MetricsAvailable=False (unreachable)", box, 60)
+        kube.wait_for(
+            unreachable,
+            "MetricsAvailable=False (unreachable)",
+            60,
+            interval_s=POLL_S,
+            logs=[box.operator_process],
+        )
         seen = set()
         deadline = time.monotonic() + 3 * stabilisation_s
         while time.monotonic() < deadline:
-            seen.add(get(box, "deployment", "chat-triton", "-n", ns)["spec"]["replicas"])
+            seen.add(kube.get(box.cluster, "deployment", "chat-triton", "-n", ns)["spec"]["replicas"])
             time.sleep(TICK_S)
         status = pool_status(box, ns)
         print_story(box, ns)
@@ -507,6 +547,12 @@ def test_prometheus_down_holds_the_pool(sandbox: Sandbox, tmp_path: Path) -> Non
         box.prometheus.start()
 
     # The control: with Prometheus back, the idle pool scales in (it was the outage that held it).
-    wait_for(lambda: pool_events(box, ns, "ScaledIn"), "a scale-in once Prometheus is back", box, 300)
-    assert get(box, "deployment", "chat-triton", "-n", ns)["spec"]["replicas"] < 3
+    kube.wait_for(
+        lambda: pool_events(box, ns, "ScaledIn"),
+        "a scale-in once Prometheus is back",
+        300,
+        interval_s=POLL_S,
+        logs=[box.operator_process],
+    )
+    assert kube.get(box.cluster, "deployment", "chat-triton", "-n", ns)["spec"]["replicas"] < 3
     cleanup(box, ns)

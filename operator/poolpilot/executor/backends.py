@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -102,6 +102,9 @@ class Backend(Protocol):
     def memory_bytes_per_instance(self) -> int: ...
 
 
+_N = TypeVar("_N", int, float)
+
+
 def _param(config: Mapping[str, Any], key: str) -> str | None:
     entry = config.get("parameters", {}).get(key)
     if entry is None:
@@ -134,6 +137,18 @@ def _load_s(config: Mapping[str, Any]) -> float:
     return seconds
 
 
+def _number_param(config: Mapping[str, Any], key: str, cast: type[_N], default: _N) -> _N:
+    """Parameter `key` parsed by `cast` (`default` when absent or empty); a bad value is a 400 naming it."""
+    raw = _param(config, key)
+    if not raw:
+        return default
+    try:
+        return cast(raw)
+    except ValueError:
+        kind = "an integer" if cast is int else "a number"
+        raise BackendError(f"parameter {key} must be {kind}, got {raw!r}", 400) from None
+
+
 def _emulated_curve(config: Mapping[str, Any]) -> GpuCurve:
     """The model's `GpuCurve` from its parameters; errors name the parameter."""
     if _param(config, RETIRED_TOKEN_KEY) is not None:
@@ -152,25 +167,9 @@ def _emulated_curve(config: Mapping[str, Any]) -> GpuCurve:
         raise BackendError(
             f'parameter {EMULATED_LATENCY_KEY} must be "A,B" (ms: A + B*batch), got {raw!r}', 400
         ) from None
-    tok = _param(config, EMULATED_TOKEN_KEY)
-    ref = _param(config, EMULATED_TOKEN_REF_KEY)
-    try:
-        per_1k = float(tok) if tok else 0.0
-    except ValueError:
-        raise BackendError(f"parameter {EMULATED_TOKEN_KEY} must be a number, got {tok!r}", 400) from None
-    try:
-        token_ref = int(ref) if ref else DEFAULT_TOKEN_REF
-    except ValueError:
-        raise BackendError(
-            f"parameter {EMULATED_TOKEN_REF_KEY} must be an integer, got {ref!r}", 400
-        ) from None
-    interference = _param(config, EMULATED_INTERFERENCE_KEY)
-    try:
-        shared = float(interference) if interference else DEFAULT_INSTANCE_INTERFERENCE
-    except ValueError:
-        raise BackendError(
-            f"parameter {EMULATED_INTERFERENCE_KEY} must be a number, got {interference!r}", 400
-        ) from None
+    per_1k = _number_param(config, EMULATED_TOKEN_KEY, float, 0.0)
+    token_ref = _number_param(config, EMULATED_TOKEN_REF_KEY, int, DEFAULT_TOKEN_REF)
+    shared = _number_param(config, EMULATED_INTERFERENCE_KEY, float, DEFAULT_INSTANCE_INTERFERENCE)
     try:
         return GpuCurve(a_ms, b_ms, per_1k, token_ref, shared)
     except ValueError as exc:

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from poolpilot.sandbox.controlplane import ControlPlane, cache_root
+from poolpilot.sandbox.processes import spawn
 
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "poolpilot"
@@ -137,7 +138,7 @@ class OperatorProcess:
         self.metrics_port = metrics_port
         self._cmd, self._env = list(cmd), dict(env)
         with log.open("wb") as out:
-            self.proc = subprocess.Popen(self._cmd, env=self._env, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = spawn(self._cmd, env=self._env, stdout=out, stderr=subprocess.STDOUT)
 
     def kill(self) -> None:
         """SIGKILL, as a node loss or an OOM kill ends a pod: no graceful exit, nothing flushed."""
@@ -149,7 +150,7 @@ class OperatorProcess:
         """Start the same command again once the process is gone (a restarted pod); the log is appended."""
         assert self.proc.poll() is not None, "restart: the operator is still running"
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(self._cmd, env=self._env, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = spawn(self._cmd, env=self._env, stdout=out, stderr=subprocess.STDOUT)
 
     def healthy(self) -> bool:
         try:

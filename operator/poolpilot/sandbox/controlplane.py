@@ -49,7 +49,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from poolpilot.sandbox.processes import free_port
+from poolpilot.sandbox.processes import free_port, spawn
 
 if TYPE_CHECKING:  # imported lazily at run time: `build` and `up` need no kubernetes client
     import kubernetes.client
@@ -497,33 +497,6 @@ def _http_ok(url: str) -> bool:
         return False
 
 
-def _resolve_prctl() -> Callable[..., int] | None:
-    """libc's prctl, looked up in the parent: the child between fork and exec must not dlopen."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    try:
-        fn: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    return fn
-
-
-_PRCTL = _resolve_prctl()
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """In the child: get SIGKILL if the parent dies without cleaning up (e.g. pytest killed -9).
-
-    Linux ties this to the *thread* that forked, so start a ControlPlane from a long-lived thread
-    (the main thread in pytest fixtures and the CLI).
-    """
-    if _PRCTL is not None:
-        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
 def _tail(path: Path, lines: int = 30) -> str:
     try:
         with path.open("rb") as f:
@@ -765,14 +738,13 @@ class ControlPlane:
     def _spawn(self, name: str, args: Sequence[str]) -> _Proc:
         log_path = self.log_path(name)
         log_file = log_path.open("ab")
-        popen = subprocess.Popen(
-            list(args),
+        popen = spawn(  # SIGTERM if we die without stopping them (pytest or `sandbox up` killed -9)
+            args,
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
             cwd=self.work_dir,
             start_new_session=True,  # a terminal's Ctrl-C reaches us, and we stop them in order
-            preexec_fn=_die_with_parent,
         )
         proc = _Proc(name, popen, log_path, log_file)
         self._procs.append(proc)

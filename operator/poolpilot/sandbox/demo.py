@@ -30,6 +30,7 @@ import asyncio
 import itertools
 import json
 import math
+import os
 import shutil
 import sys
 import threading
@@ -392,7 +393,9 @@ def _run_loadgen(lg_config: Any, schedule: list[Any], work: Path, out: LiveRun) 
     records_csv, report_json = work / "requests.csv", work / "report.json"
     ctx = multiprocessing.get_context("spawn")
     child = ctx.Process(
-        target=_loadgen_child, args=(lg_config, schedule, records_csv, report_json), daemon=True
+        target=_loadgen_child,
+        args=(lg_config, schedule, records_csv, report_json, os.getpid()),
+        daemon=True,
     )
     child.start()
     try:
@@ -418,8 +421,13 @@ def _align(out: LiveRun, loadgen_started_wall: float) -> None:
     out.started_wall = loadgen_started_wall
 
 
-def _loadgen_child(lg_config: Any, schedule: list[Any], records_csv: Path, report_json: Path) -> None:
+def _loadgen_child(
+    lg_config: Any, schedule: list[Any], records_csv: Path, report_json: Path, parent_pid: int
+) -> None:
     from poolpilot import loadgen
+    from poolpilot.sandbox.processes import tie_to_parent
+
+    tie_to_parent(parent_pid)  # started from the main thread: no load outlives a killed demo
 
     records: list[Any] = []
     started_wall = time.time()

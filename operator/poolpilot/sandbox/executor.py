@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from poolpilot.sandbox.processes import terminate
+from poolpilot.sandbox.processes import spawn, terminate
 
 
 def write_emulated_model(
@@ -155,7 +155,7 @@ class ExecutorProcess:
         operator_dir = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = operator_dir + os.pathsep + env.get("PYTHONPATH", "")
         with self.log_path.open("wb") as log_file:
-            self.process = subprocess.Popen(
+            self.process = spawn(
                 self.command(), stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
             )
         try:

@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from poolpilot.sandbox.processes import terminate
+from poolpilot.sandbox.processes import spawn, terminate
 
 log = logging.getLogger(__name__)
 
@@ -221,9 +221,8 @@ class PodRunner:
         if run.proc is None and time.monotonic() >= run.due_at:
             cmd = executor_command(pod, self.executable, self.repository_root)
             with (self.log_dir / f"{key}.log").open("ab") as out:
-                run.proc = subprocess.Popen(
-                    cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-                )
+                # From the runner's loop thread, which lives until stop(): SIGTERM when it ends.
+                run.proc = spawn(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
             run.started_at = time.monotonic()
         elif run.proc is not None and run.proc.poll() is not None:
             log.warning("pod runner: %s exited with %s; restarting", key, run.proc.returncode)

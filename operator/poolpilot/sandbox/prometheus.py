@@ -33,7 +33,7 @@ from typing import Any, Final
 
 import yaml
 
-from poolpilot.sandbox.processes import free_port, terminate
+from poolpilot.sandbox.processes import free_port, spawn, terminate
 
 DEFAULT_BINARY: Final = "prometheus"
 INSTALL_HINT: Final = "install it with `apt-get install -y prometheus` (only /usr/bin/prometheus is used)"
@@ -113,7 +113,7 @@ class PrometheusServer:
         storage = self.workdir / "data"
         storage.mkdir(exist_ok=True)
         log = self._log_path.open("wb")
-        self._proc = subprocess.Popen(
+        self._proc = spawn(
             [
                 self.binary,
                 f"--config.file={config_path}",

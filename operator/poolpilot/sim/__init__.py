@@ -9,4 +9,5 @@ Map of the package (each module's docstring has its contract):
 - `protocol`: `Observation` / `Action` / `Controller`; `controllers`: PoolPilot's real policy, a fixed fleet.
 - `run.simulate(trace, factory, params) -> Result` and the metric definitions; `registry`: policies by name;
   `cli`: `poolpilot simulate`. Baselines, oracle, report and bench live in their own modules.
+- `search.gallop_bisect`: the one "fewest that is enough" search (oracle, hindsight fleet, suite frontier).
 """

@@ -62,6 +62,7 @@ from poolpilot.sim.oracle import (
 )
 from poolpilot.sim.params import SimParams
 from poolpilot.sim.run import Result, prepare_params, simulate
+from poolpilot.sim.search import gallop_bisect
 
 HINDSIGHT = "hindsight-static"
 HINDSIGHT_DELAYS_US: tuple[int, ...] = ORACLE_DELAYS_US  # 0, 5 ms, 20 ms
@@ -147,40 +148,10 @@ class _Search:
     def fewest(self, i: int, guess: int) -> int | None:
         """Fewest replicas meeting the goal with setting `i`, or None if `top` does not."""
         lo = self.lower_bound(i)  # lo - 1 is taken as missing the goal
-        if lo > self.top:
-            return None
-        bad = lo - 1
         r = min(self.top, max(guess, lo))
-        if self.ok(r, i):
-            good = r
-            step = max(1, r // 8)
-            while good - 1 > bad:  # gallop down until a miss
-                probe = max(bad + 1, good - step)
-                if self.ok(probe, i):
-                    good = probe
-                    step *= 2
-                else:
-                    bad = probe
-                    break
-        else:
-            bad = r
-            step = max(1, r // 4)
-            good = r
-            while True:  # gallop up until a hit
-                if good >= self.top:
-                    return None
-                good = min(self.top, good + step)
-                if self.ok(good, i):
-                    break
-                bad = good
-                step *= 2
-        while good - bad > 1:
-            mid = (good + bad) // 2
-            if self.ok(mid, i):
-                good = mid
-            else:
-                bad = mid
-        return good
+        return gallop_bisect(
+            lambda n: self.ok(n, i), lo, self.top, start=r, step_down=max(1, r // 8), step_up=max(1, r // 4)
+        )
 
     def search(self) -> None:
         best_r: int | None = None

@@ -41,6 +41,7 @@ from poolpilot.sim.controllers import FixedController
 from poolpilot.sim.engine import OK, STATUS_NAMES, FleetEngine
 from poolpilot.sim.params import SimParams
 from poolpilot.sim.run import Result
+from poolpilot.sim.search import gallop_bisect
 
 # Queue delays (µs) × instance counts the oracle may pick per minute. Max batch is the model's.
 ORACLE_DELAYS_US: tuple[int, ...] = (0, 5_000, 20_000)
@@ -171,31 +172,11 @@ class _Search:
         """Fewest replicas meeting the objective with `cfg`, or None if `max_replicas` does not."""
         lo = self.lower_bound(w, cfg)  # lo - 1 is known (or taken as) infeasible
         top = self.params.max_replicas
-        if lo > top:
-            return None
         r = min(top, max(guess, lo))
-        if self.ok(w, r, cfg):
-            hi = r
-            bad = lo - 1
-        else:
-            bad = r
-            step = max(1, r // 4)
-            hi = r
-            while True:
-                if hi >= top:
-                    return None
-                hi = min(top, hi + step)
-                if self.ok(w, hi, cfg):
-                    break
-                bad = hi
-                step *= 2
-        while hi - bad > 1:
-            mid = (hi + bad) // 2
-            if self.ok(w, mid, cfg):
-                hi = mid
-            else:
-                bad = mid
-        return hi
+        # A hit at the guess (last minute's answer) bisects straight down: the answer is usually close.
+        return gallop_bisect(
+            lambda n: self.ok(w, n, cfg), lo, top, start=r, step_down=None, step_up=max(1, r // 4)
+        )
 
     def best(self, w: _Window, guess: int) -> WindowEval | None:
         """The cheapest (replicas, configuration) for this window; ties keep the earlier grid entry."""

@@ -48,6 +48,7 @@ from poolpilot.sim.engine import default_batching
 from poolpilot.sim.params import SimParams
 from poolpilot.sim.registry import BASELINE_NAMES, ORACLE, run_policy
 from poolpilot.sim.run import Result, prepare_params, replica_capacity_per_s, simulate
+from poolpilot.sim.search import gallop_bisect
 from poolpilot.sim.suite_load import TOKEN_MIXES, draw_tokens, poisson_arrivals, rate_shape, superpose
 
 POOLPILOT = "poolpilot"
@@ -182,32 +183,8 @@ class Frontier:
 
     def fewest_meeting(self, goal: float, guess: int = 1) -> FleetPoint | None:
         """The fewest nodes whose attainment ≥ goal: gallop from `guess` (down or up), then bisect."""
-        probe = min(max(1, guess), self.max_nodes)
-        if self.meets(probe, goal):
-            good, bad, step = probe, 0, 1
-            while good - 1 > bad:
-                nxt = max(bad + 1, good - step)
-                if not self.meets(nxt, goal):
-                    bad = nxt
-                    break
-                good, step = nxt, step * 2
-        else:
-            bad, step = probe, 1
-            while True:
-                if bad >= self.max_nodes:
-                    return None
-                nxt = min(self.max_nodes, bad + step)
-                if self.meets(nxt, goal):
-                    good = nxt
-                    break
-                bad, step = nxt, step * 2
-        while good - bad > 1:
-            mid = (good + bad) // 2
-            if self.meets(mid, goal):
-                good = mid
-            else:
-                bad = mid
-        return self.at(good)
+        nodes = gallop_bisect(lambda n: self.meets(n, goal), 1, self.max_nodes, start=guess)
+        return None if nodes is None else self.at(nodes)
 
     def affordable(self, gpu_hours: float, gpu_hours_per_node: float) -> FleetPoint | None:
         """The largest fleet whose GPU-hours are ≤ `gpu_hours` (None if not even one node)."""
