@@ -32,6 +32,7 @@ def test_a_short_demo_writes_the_json_the_report_and_the_decisions(tmp_path: Pat
     cmd = [
         sys.executable, "-m", "poolpilot.cli", "sandbox", "demo", "--dir", str(tmp_path / "run"),
         "--json", str(out), "--report", str(report), "--duration", "150", "--node-provisioning-seconds", "30",
+        "--idle-before-seconds", "15",
     ]  # fmt: skip
     # This checkout's package, whatever the venv has installed (a worktree, an editable install elsewhere).
     env = {
@@ -40,7 +41,7 @@ def test_a_short_demo_writes_the_json_the_report_and_the_decisions(tmp_path: Pat
     }
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=1150, check=False, env=env)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    assert "replicas" in done.stdout and "/150 s]" in done.stdout, "no progress line"
+    assert "replicas" in done.stdout and "/165 s]" in done.stdout, "no progress line (15 s idle + 150 s load)"
 
     doc = json.loads(out.read_text())
     assert {"live", "simulated", "agreement", "_run"} <= doc.keys()
@@ -53,6 +54,9 @@ def test_a_short_demo_writes_the_json_the_report_and_the_decisions(tmp_path: Pat
     for key in ("p99_median_abs_error_pct", "gpu_hours_ratio", "replicas_within_1_fraction"):
         assert isinstance(agree[key], float), (key, agree[key])
     assert len(doc["live"]["series"]["t_s"]) >= 10
+    # The simulation is given what the live run measured: its serving overhead and its rollouts' time.
+    params = doc["_run"]["params"]
+    assert 0 <= params["request_overhead_ms"] < 100 and 0 <= params["reload_s"] < 60, params
 
     text = (report / "report.md").read_text()
     for name in ("p99.png", "replicas.png", "nodes.png", "batching.png", "gpu_utilization.png"):
