@@ -11,6 +11,10 @@ the plant's measured per-replica capacity), a plant (curve A 20–80 ms, B 0.5�
 families, a token mix. Families: the shared trace by superposition and by cloning, and the synthetic
 shapes of `suite_load.SHAPES` (the on/off family always with long prompts and short outputs).
 
+Every controller starts from the same fleet: the first minute's measured need (`start_replicas`,
+`WARM_START`; docs/generalization.md, "A fair start"); fixed fleets (static, AIMD, the frontier) keep
+their own size from t = 0.
+
 Per scenario: PoolPilot, every baseline, the oracle, and the fixed-fleet frontier — fixed fleets of whole
 nodes (Triton's default batching), ready at t=0: bisection for the fewest nodes meeting 99 % of windows
 (attainment taken as non-decreasing in nodes) plus the largest fleet PoolPilot's GPU-hours can buy, which
