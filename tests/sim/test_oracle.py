@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from poolpilot.loads import Trace, synthetic
 from poolpilot.sim.baselines import BASELINES
 from poolpilot.sim.controllers import FixedController
 from poolpilot.sim.engine import default_batching
-from poolpilot.sim.oracle import evaluate_fleet, oracle_grid, run_oracle
+from poolpilot.sim.oracle import evaluate_fleet, first_minute_need, oracle_grid, run_oracle
 from poolpilot.sim.params import SimParams
 from poolpilot.sim.run import Result, prepare_params, simulate
 
@@ -102,3 +103,46 @@ def test_evaluate_fleet_serves_every_request_once() -> None:
     assert bool(np.all(np.isfinite(ev.latency_ms)))
     # Nobody is faster than a batch of one on the curve.
     assert float(ev.latency_ms.min()) >= params.curve_ms(1) - 1e-9
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 3, 4, 6])
+def test_a_verdict_only_evaluation_gives_the_full_runs_verdict(replicas: int) -> None:
+    """The early stop (`miss_limit`) decides only what the full run would: a miss stops, a meet runs out."""
+    trace = synthetic("flash", duration_s=60.0, rate_scale=8.0, seed=5)
+    params = prepare_params(trace, PARAMS)
+    cfg = default_batching(params)
+    args = (trace.arrival_s, trace.context_tokens, trace.generated_tokens, 60.0, replicas, cfg, params)
+    full = evaluate_fleet(*args)
+    quick = evaluate_fleet(*args, verdict_only=True)
+    assert quick.meets(params.slo_ms) == full.meets(params.slo_ms)
+    if full.meets(params.slo_ms):
+        assert quick.complete and quick.p99_ms == full.p99_ms
+        assert np.array_equal(quick.latency_ms, full.latency_ms)
+    else:
+        assert not quick.complete and quick.p99_ms == math.inf
+        assert quick.simulated_requests <= full.simulated_requests == len(trace)
+
+
+def test_first_minute_need_is_the_fewest_replicas_meeting_the_first_minute() -> None:
+    trace = synthetic("step", duration_s=180.0, rate_scale=6.0, seed=3)
+    params = prepare_params(trace, PARAMS)
+    need = first_minute_need(trace, params)
+    assert need is not None
+    first = trace.arrival_s < 60.0
+    cfg = default_batching(params)
+
+    def meets(r: int) -> bool:
+        return evaluate_fleet(
+            trace.arrival_s[first],
+            trace.context_tokens[first],
+            trace.generated_tokens[first],
+            60.0,
+            r,
+            cfg,
+            params,
+        ).meets(params.slo_ms)
+
+    assert meets(need)
+    assert need == params.min_replicas or not meets(need - 1)
+    # An objective below the batch-latency floor: no fleet meets it.
+    assert first_minute_need(trace, replace(params, slo_ms=40.0, max_replicas=3)) is None

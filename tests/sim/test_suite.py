@@ -166,3 +166,28 @@ def test_reuse_reruns_poolpilot_only_and_keeps_baselines_and_fleets(tmp_path: Pa
     assert {k: got["results"]["poolpilot"][k] for k in same} == same  # same policy, same run
     first = {p["nodes"]: p for p in got["frontier"]}[rec["frontier"][0]["nodes"]]
     assert first["windows"] == 0.25
+
+
+def test_every_controller_starts_from_the_first_minutes_need(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The suite's fair start: the same fleet for every controller, what the first minute needs."""
+    from poolpilot.sim import run as sim_run
+    from poolpilot.sim.oracle import first_minute_need
+    from poolpilot.sim.run import prepare_params
+
+    spec = replace(draw_spec("dev", 3, 120.0), target_peak_replicas=4.0)
+    assert spec.warm_start == suite.WARM_START  # part of the cache key
+    started: dict[str, int] = {}
+    engine = sim_run.FleetEngine
+
+    def spy(trace: Trace, params: Any, controller: Any, **kw: Any) -> Any:
+        e = engine(trace, params, controller, **kw)
+        started[controller.name] = e.initial_replicas
+        return e
+
+    monkeypatch.setattr(sim_run, "FleetEngine", spy)
+    rec = suite.run_scenario(spec, None, ("poolpilot", "hpa", "kpa", "static"))
+    trace = suite.build_trace(spec, None)
+    need = first_minute_need(trace, prepare_params(trace, spec.params()))
+    assert need is not None and rec["start_replicas"] == need
+    assert started["poolpilot"] == started["hpa"] == started["kpa"] == need
+    assert "static" in started  # static (a fixed fleet by definition) keeps its own size

@@ -204,6 +204,8 @@ class EngineOutput:
     executions: int
     dispatched_requests: int  # requests handed to an execution (each exactly once if the engine is right)
     rejected_requests: int
+    aborted: bool = False  # stopped at `miss_limit`: arrays partial (status -1 = not finished)
+    simulated_requests: int = 0  # arrivals routed before the run ended (all of them unless aborted)
 
     @property
     def latency_ms(self) -> FloatArray:
@@ -236,6 +238,7 @@ class FleetEngine:
         *,
         initial_replicas: int,
         initial_batching: BatchingConfig | None = None,
+        miss_limit: int | None = None,
     ) -> None:
         self.trace = trace
         self.params = params
@@ -254,6 +257,9 @@ class FleetEngine:
         self.batching: BatchingConfig = batching  # what the pods run
         self.batching_target: BatchingConfig = batching  # what was last asked for (reload in progress)
         self._swap_version = 0
+        if miss_limit is not None and miss_limit < 1:
+            raise ValueError(f"miss_limit must be >= 1 or None, got {miss_limit}")
+        self.miss_limit = miss_limit
 
     # ------------------------------------------------------------------------------------------------
     def run(self) -> EngineOutput:
@@ -623,6 +629,13 @@ class FleetEngine:
         ai = 0
         inf = math.inf
         executions = 0
+        # Early stop for yes/no evaluations (`miss_limit`): requests rejected or served later than the
+        # objective, counted exactly as window attainment counts them; once `miss_limit` are certain the
+        # quantile cannot meet it, and the rest of the run cannot change that.
+        limit = self.miss_limit if self.miss_limit is not None else -1
+        slo_ms = p.slo_ms
+        late = 0
+        aborted = False
         while True:
             # Arrivals up to the next event: routing and enqueueing only touch the heap via dispatch.
             t_ev = heap[0][0] if heap else inf
@@ -650,9 +663,16 @@ class FleetEngine:
                 if ai >= n:
                     break
                 continue
+            if limit > 0 and late + len(rej_idx) >= limit:
+                aborted = True
+                break
             t, _, kind, obj = pop(heap)
             if kind == _EV_COMPLETE:
                 pod, batch, start = obj
+                if limit > 0:
+                    for i in batch:
+                        if (t - arr[i]) * 1000.0 > slo_ms:
+                            late += 1
                 executions += 1
                 pod.running -= 1
                 if pod.running == 0:
@@ -735,4 +755,6 @@ class FleetEngine:
             executions=executions,
             dispatched_requests=len(seg_items),
             rejected_requests=len(rej_idx),
+            aborted=aborted,
+            simulated_requests=ai,
         )

@@ -38,7 +38,7 @@ import numpy.typing as npt
 from poolpilot.loads import Trace, load_default_tokens
 from poolpilot.policy.types import BatchingConfig
 from poolpilot.sim.controllers import FixedController
-from poolpilot.sim.engine import OK, STATUS_NAMES, FleetEngine
+from poolpilot.sim.engine import OK, STATUS_NAMES, FleetEngine, default_batching
 from poolpilot.sim.params import SimParams
 from poolpilot.sim.run import Result
 from poolpilot.sim.search import gallop_bisect
@@ -74,16 +74,23 @@ class WindowEval:
     replica_gpu_s: float
     queue_delay_ms: float
     executions: int
+    complete: bool = True  # False: stopped once the window was certain to miss (only `meets` is known)
+    simulated_requests: int = 0
 
     def meets(self, slo_ms: float) -> bool:
         return self.p99_ms <= slo_ms
+
+
+def _quantile_rank(n: int, q: float) -> int:
+    """0-based rank of the "higher" q-quantile of n values: ceil(q·n) − 1 (as window attainment)."""
+    return max(0, min(n - 1, math.ceil(q * n) - 1))
 
 
 def _window_quantile(latency_ms: npt.NDArray[np.float64], q: float) -> float:
     n = len(latency_ms)
     if n == 0:
         return 0.0
-    k = max(0, min(n - 1, math.ceil(q * n) - 1))
+    k = _quantile_rank(n, q)
     return float(np.partition(latency_ms, k)[k])
 
 
@@ -95,8 +102,16 @@ def evaluate_fleet(
     replicas: int,
     batching: BatchingConfig,
     params: SimParams,
+    *,
+    verdict_only: bool = False,
 ) -> WindowEval:
-    """Serve these requests (times from 0) with a fixed, ready fleet in the engine; all run to completion."""
+    """Serve these requests (times from 0) with a fixed, ready fleet in the engine; all run to completion.
+
+    `verdict_only`: the caller needs only `meets`. The run stops as soon as enough requests were rejected
+    or served late that the window's quantile must miss (`miss_limit`); such an evaluation has
+    `complete=False`, p99 = inf and partial arrays. A window that meets always runs to completion, so its
+    figures are those of a full run.
+    """
     trace = Trace(
         arrival_s=arrival_s,
         context_tokens=context_tokens,
@@ -106,8 +121,26 @@ def evaluate_fleet(
         description="oracle window",
     )
     fleet = FixedController(replicas, batching, name="oracle-eval", interval_s=3600.0)
-    engine = FleetEngine(trace, params, fleet, initial_replicas=replicas)
+    n = len(arrival_s)
+    limit = None
+    if verdict_only and n:
+        limit = n - _quantile_rank(n, params.latency_quantile)  # misses that make rank k miss
+    engine = FleetEngine(trace, params, fleet, initial_replicas=replicas, miss_limit=limit)
     out = engine.run()
+    if out.aborted:
+        return WindowEval(
+            replicas=replicas,
+            batching=batching,
+            p99_ms=math.inf,
+            latency_ms=np.zeros(0),
+            status=np.zeros(0, dtype=np.int8),
+            busy_gpu_s=math.nan,
+            replica_gpu_s=replicas * params.gpus_per_replica * duration_s,
+            queue_delay_ms=math.nan,
+            executions=out.executions,
+            complete=False,
+            simulated_requests=out.simulated_requests,
+        )
     ok = out.status == OK
     lat = np.where(ok, out.latency_ms, np.inf)
     q_ms = (out.start_s[ok] - out.arrival_s[ok]) * 1000.0
@@ -121,6 +154,7 @@ def evaluate_fleet(
         replica_gpu_s=replicas * params.gpus_per_replica * duration_s,
         queue_delay_ms=float(q_ms.mean()) if len(q_ms) else math.nan,
         executions=out.executions,
+        simulated_requests=out.simulated_requests,
     )
 
 
@@ -148,20 +182,28 @@ class _Search:
         self.evaluations = 0
         self.simulated_requests = 0
 
-    def eval(self, w: _Window, replicas: int, cfg: BatchingConfig) -> WindowEval:
+    def eval(self, w: _Window, replicas: int, cfg: BatchingConfig, *, full: bool = True) -> WindowEval:
+        """The evaluation of (replicas, cfg) on `w`, cached; `full=False` may stop at a certain miss."""
         key = (replicas, cfg)
         hit = w.cache.get(key)
-        if hit is None:
+        if hit is None or (full and not hit.complete):
             hit = evaluate_fleet(
-                w.arrival_s, w.context_tokens, w.generated_tokens, WINDOW_S, replicas, cfg, self.params
+                w.arrival_s,
+                w.context_tokens,
+                w.generated_tokens,
+                WINDOW_S,
+                replicas,
+                cfg,
+                self.params,
+                verdict_only=not full,
             )
             w.cache[key] = hit
             self.evaluations += 1
-            self.simulated_requests += len(w.arrival_s)
+            self.simulated_requests += hit.simulated_requests
         return hit
 
     def ok(self, w: _Window, replicas: int, cfg: BatchingConfig) -> bool:
-        return self.eval(w, replicas, cfg).meets(self.params.slo_ms)
+        return self.eval(w, replicas, cfg, full=False).meets(self.params.slo_ms)
 
     def lower_bound(self, w: _Window, cfg: BatchingConfig) -> int:
         rate = len(w.arrival_s) / WINDOW_S
@@ -215,6 +257,28 @@ def _windows(trace: Trace) -> list[_Window]:
             )
         )
     return out
+
+
+def first_minute_need(trace: Trace, params: SimParams) -> int | None:
+    """Fewest replicas (Triton's default batching, ready and idle at t = 0) whose p99 over the first
+    minute's requests meets the objective, evaluated in the engine like one oracle minute; `min_replicas`
+    for an empty minute, None when `max_replicas` does not meet it.
+
+    The fleet a pool holds at the start of an hour cut out of continuous operation, sized by the plant
+    itself for the load at that moment — no look-ahead, no capacity figure from a single replica.
+    """
+    end = int(np.searchsorted(trace.arrival_s, WINDOW_S, side="left"))
+    if end == 0:
+        return params.min_replicas
+    w = _Window(
+        index=0,
+        arrival_s=np.ascontiguousarray(trace.arrival_s[:end]),
+        context_tokens=trace.context_tokens[:end],
+        generated_tokens=trace.generated_tokens[:end],
+    )
+    cfg = default_batching(params)
+    search = _Search(params, (cfg,))
+    return search.fewest(w, cfg, search.lower_bound(w, cfg))
 
 
 def run_oracle(trace: Trace, params: SimParams, *, grid: Sequence[BatchingConfig] | None = None) -> Result:
@@ -369,9 +433,10 @@ def measured_replica_capacity_per_s(
 
     Tokens are drawn from the shared trace (a fixed 1,024 + 128 when it is missing). Like reading a
     perf_analyzer sweep: the knee where the latency budget is hit. Cached per (params, batching); the
-    trace-derived `peak_rate_per_s` does not matter and is left out of the key.
+    trace-derived `peak_rate_per_s` and the fleet's `initial_replicas` do not matter and are left out
+    of the key.
     """
-    key = replace(params, peak_rate_per_s=0.0)
+    key = replace(params, peak_rate_per_s=0.0, initial_replicas=None)
     return _capacity(key, batching, duration_s, resolution_per_s)
 
 
@@ -383,7 +448,14 @@ def _capacity(
     def meets(rate: float) -> bool:
         load = poisson_load(rate, duration_s, params.seed)
         ev = evaluate_fleet(
-            load.arrival_s, load.context_tokens, load.generated_tokens, duration_s, 1, batching, params
+            load.arrival_s,
+            load.context_tokens,
+            load.generated_tokens,
+            duration_s,
+            1,
+            batching,
+            params,
+            verdict_only=True,
         )
         return ev.meets(params.slo_ms)
 
