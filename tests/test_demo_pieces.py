@@ -22,9 +22,11 @@ from poolpilot.sandbox.demo import (
     per_minute_p99,
     request_overhead_ms,
     rollout_seconds,
+    send_lateness_per_minute,
     server_time_promql,
     sim_params,
 )
+from poolpilot.sandbox.report import per_minute_table
 
 
 def _trace(times: list[float], duration_s: float) -> Trace:
@@ -122,6 +124,36 @@ def test_per_minute_p99_uses_served_requests_by_arrival_minute() -> None:
     out = per_minute_p99(arrival, latency, ok, 240.0)
     assert out[0] == pytest.approx(np.quantile([10.0, 20.0], 0.99))
     assert out[1] == 30.0 and out[2] == 5.0 and math.isnan(out[3])
+
+
+def test_send_lateness_counts_the_seconds_the_host_held_the_load_generator_up() -> None:
+    intended = np.array([1.0, 1.5, 2.0, 61.0, 61.2, 62.9, 130.0])
+    send = intended + np.array([0.001, 0.030, 0.025, 0.150, 0.002, 0.020, 0.0])
+    out = send_lateness_per_minute(intended, send, 180.0)
+    assert [m["stalled_seconds"] for m in out] == [2.0, 2.0, 0.0]  # seconds 1 and 2; 61 and 62
+    assert [m["worst_ms"] for m in out] == pytest.approx([30.0, 150.0, 0.0])
+
+
+def test_the_minute_table_marks_the_missed_minutes_and_the_host_stalls() -> None:
+    doc = {
+        "live": {"slo_ms": 150.0},
+        "agreement": {"per_minute_p99_ms": {"live": [None, 120.0, 178.0], "simulated": [None, 118.0, 133.0]}},
+        "_run": {
+            "config": {"idle_before_s": 60.0},
+            "params": {"node_provisioning_s": 0.0},
+            "send_lateness_per_minute": [
+                {"worst_ms": 0.0, "stalled_seconds": 0.0},
+                {"worst_ms": 3.0, "stalled_seconds": 0.0},
+                {"worst_ms": 140.0, "stalled_seconds": 4.0},
+            ],
+        },
+    }
+    rows = [line for line in per_minute_table(doc) if line.startswith("| ") and line[2].isdigit()]
+    assert rows == [
+        "| 0 | – | – | no |  | 0 | 0 |",
+        "| 1 | 120.0 | 118.0 | yes | yes | 3 | 0 |",
+        "| 2 | 178.0 | 133.0 | yes | **no** | 140 | 4 |",
+    ]
 
 
 def test_two_claims_get_two_ranges_and_a_released_one_is_reused(tmp_path: Path) -> None:

@@ -662,3 +662,17 @@ def test_a_declared_batch_latency_profile_is_the_prior(kit: SimpleNamespace) -> 
         (PolicyParams().prior_a_ms, PolicyParams().prior_b_ms)
     )
     assert with_profile.replicas > without.replicas
+
+
+def test_a_rollout_that_fails_before_any_tick_keeps_the_declared_profile(kit: SimpleNamespace) -> None:
+    """The failed setting joins the tabu list of the pool's own prior, not of the A100-class default."""
+    declared = kit.make_spec(
+        model={"name": "llama", "maxBatchSize": 32, "batchLatency": {"baseMs": 40, "perItemMs": 30}},
+        replicas={"min": 1, "max": 64},
+        **ONE_CONFIG,
+    )
+    fresh = PoolState(replicas=3, batching=kit.batching(0))
+    failed = batching_failed(fresh, kit.batching(5000), kit.batching(0), NOW, spec=declared)
+    assert failed.latency_model is not None
+    assert (failed.latency_model.a_ms, failed.latency_model.b_ms) == pytest.approx((40.0, 30.0))
+    assert [(d, k) for d, k, _ in failed.latency_model.tabu] == [(5000, 1)]

@@ -105,11 +105,14 @@ def test_evaluate_fleet_serves_every_request_once() -> None:
     assert float(ev.latency_ms.min()) >= params.curve_ms(1) - 1e-9
 
 
+@pytest.mark.parametrize("overhead_ms", [0.0, 40.0])
 @pytest.mark.parametrize("replicas", [1, 2, 3, 4, 6])
-def test_a_verdict_only_evaluation_gives_the_full_runs_verdict(replicas: int) -> None:
-    """The early stop (`miss_limit`) decides only what the full run would: a miss stops, a meet runs out."""
+def test_a_verdict_only_evaluation_gives_the_full_runs_verdict(replicas: int, overhead_ms: float) -> None:
+    """The early stop (`miss_limit`) decides only what the full run would: a miss stops, a meet runs out.
+
+    With a serving overhead the stop counts it too (a request is late once finish + overhead is)."""
     trace = synthetic("flash", duration_s=60.0, rate_scale=8.0, seed=5)
-    params = prepare_params(trace, PARAMS)
+    params = replace(prepare_params(trace, PARAMS), request_overhead_ms=overhead_ms)
     cfg = default_batching(params)
     args = (trace.arrival_s, trace.context_tokens, trace.generated_tokens, 60.0, replicas, cfg, params)
     full = evaluate_fleet(*args)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from poolpilot.policy.model import prior_model
+from poolpilot.api.types import InferencePoolSpec
+from poolpilot.policy.model import prior_model, with_spec_prior
 from poolpilot.policy.params import DEFAULT_PARAMS, PolicyParams
 from poolpilot.policy.types import BatchingConfig, Decision, PoolState
 
@@ -34,14 +35,18 @@ def batching_failed(
     previous: BatchingConfig | None,
     now_s: float,
     params: PolicyParams = DEFAULT_PARAMS,
+    spec: InferencePoolSpec | None = None,
 ) -> PoolState:
     """The state after a batching rollout of `failed` was rolled back to `previous` at `now_s`.
 
     The pods run `previous` again, the rollback counts as a change (its cooldown applies — to a reset the
     spec bounds force too, `last_batching_failure_s`), and the failed (delay, instances) setting joins the
     tabu list: the policy does not propose it again before `params.tabu_s` has passed — a reload that
-    failed once (out of memory, a bad config) fails again.
+    failed once (out of memory, a bad config) fails again. `spec`: the pool's, so that a pool not yet
+    observed starts from the profile it declares (`spec.model.batchLatency`), as `decide` does.
     """
+    if spec is not None:
+        params = with_spec_prior(spec, params)
     model = state.latency_model or prior_model(params)
     key = (failed.max_queue_delay_us, failed.instance_count)
     tabu = [e for e in model.tabu if (e[0], e[1]) != key and e[2] > now_s]

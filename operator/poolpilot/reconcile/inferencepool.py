@@ -357,7 +357,7 @@ async def _fail_rollout(
     """A reload failed mid-rollout: remember the setting as failed, then roll the changed pods back."""
     assert acted.state is not None and acted.rollout is not None and step.failed is not None
     previous = ro.from_status(acted.rollout.previous) if acted.rollout.previous is not None else None
-    acted.state = batching_failed(acted.state, target, previous, now.timestamp())
+    acted.state = batching_failed(acted.state, target, previous, now.timestamp(), spec=observed.spec)
     acted.rollout = ro.rolling_back(acted.rollout, step.failed)
     acted.rolled_back = step.failed
     telemetry.ROLLOUTS.labels(writer.ref.namespace or "", writer.ref.name, "rolled_back").inc()

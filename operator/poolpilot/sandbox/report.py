@@ -3,8 +3,10 @@
 `write_report(doc, out_dir)` reads the document `poolpilot sandbox demo` writes to OUT (`live`, `simulated`,
 `agreement`, `_run`) and writes five plots (p99 against the objective — the load generator's requests and
 Prometheus' per-pod summary —, replicas desired/ready, nodes, the batching settings, GPU utilisation), the
-totals, the agreement figures and the operator's decisions with their reasons (its Events, and each new
-`status.lastDecision` seen while the load ran). matplotlib runs on the Agg backend, imported lazily.
+totals, the agreement figures, a minute-by-minute table (p99 live and simulated, and how late the load
+generator sent: the host stalling every process at once), and the operator's decisions with their
+reasons (its Events, and each new `status.lastDecision` seen while the load ran). matplotlib runs on the
+Agg backend, imported lazily.
 """
 
 from __future__ import annotations
@@ -160,6 +162,32 @@ TOTALS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+def per_minute_table(doc: dict[str, Any]) -> list[str]:
+    """Each minute's p99, live and simulated, whether it counts, and how late the load generator sent
+    (seconds with a request sent at least 20 ms late: the host's CPUs stalled every sandbox process)."""
+    slo = _num(doc["live"]["slo_ms"])
+    _, lead = first_lead_s(doc)
+    minute = doc["agreement"]["per_minute_p99_ms"]
+    late = doc["_run"].get("send_lateness_per_minute") or []
+    lines = [
+        "## Minute by minute",
+        "",
+        "| minute | live p99 (ms) | simulated p99 (ms) | counted | within "
+        "| load generator: worst send lateness (ms) | seconds with a send ≥ 20 ms late |",
+        "|---:|---:|---:|---|---|---:|---:|",
+    ]
+    for m, (lv, sv) in enumerate(zip(minute["live"], minute["simulated"], strict=False)):
+        counted = 60 * m >= lead
+        ok = math.isfinite(_num(lv)) and _num(lv) <= slo
+        lat = late[m] if m < len(late) else {}
+        lines.append(
+            f"| {m} | {_fmt(lv, '.1f')} | {_fmt(sv, '.1f')} | {'yes' if counted else 'no'} "
+            f"| {('yes' if ok else '**no**') if counted else ''} | {_fmt(lat.get('worst_ms'), '.0f')} "
+            f"| {_fmt(lat.get('stalled_seconds'), '.0f')} |"
+        )
+    return [*lines, ""]
+
+
 def _decisions(doc: dict[str, Any]) -> list[str]:
     run = doc["_run"]
     t0 = _num(run.get("started_wall"))
@@ -247,6 +275,7 @@ def write_report(doc: dict[str, Any], out_dir: Path) -> Path:
         f"| GPU-hours live / simulated | {_fmt(agree['gpu_hours_ratio'], '.3f')} | 0.9 – 1.1 |",
         f"| time with replicas within ±1 | {_fmt(agree['replicas_within_1_fraction'], '.1%')} | ≥ 80 % |",
         "",
+        *per_minute_table(doc),
         "## Plots (live solid, simulated dashed)",
         "",
         *[f"### {title}\n\n![{title}]({name})\n" for name, title in PLOTS],

@@ -633,7 +633,8 @@ class FleetEngine:
         # objective, counted exactly as window attainment counts them; once `miss_limit` are certain the
         # quantile cannot meet it, and the rest of the run cannot change that.
         limit = self.miss_limit if self.miss_limit is not None else -1
-        slo_ms = p.slo_ms
+        # A served request's latency is its finish time less its arrival plus the serving overhead.
+        late_after_ms = p.slo_ms - p.request_overhead_ms
         late = 0
         aborted = False
         while True:
@@ -671,7 +672,7 @@ class FleetEngine:
                 pod, batch, start = obj
                 if limit > 0:
                     for i in batch:
-                        if (t - arr[i]) * 1000.0 > slo_ms:
+                        if (t - arr[i]) * 1000.0 > late_after_ms:
                             late += 1
                 executions += 1
                 pod.running -= 1
