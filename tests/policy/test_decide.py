@@ -697,3 +697,24 @@ def test_a_rollout_that_fails_before_any_tick_keeps_the_declared_profile(kit: Si
     assert failed.latency_model is not None
     assert (failed.latency_model.a_ms, failed.latency_model.b_ms) == pytest.approx((40.0, 30.0))
     assert [(d, k) for d, k, _ in failed.latency_model.tabu] == [(5000, 1)]
+
+
+def test_the_tail_is_learnt_only_once_the_window_has_seen_the_ready_capacity(kit: SimpleNamespace) -> None:
+    """Pods that waited for a node turn ready long after the scale change: the p99 window then still holds
+    the busier pods' requests, and learning it as a tail would keep the new capacity for nothing."""
+    spec = kit.make_spec(replicas={"min": 1, "max": 64}, **ONE_CONFIG)
+
+    def state(ready_before: int) -> PoolState:
+        s = settled_state(16, kit.batching(0))
+        history = tuple(replace(e, ready=ready_before if e.time_s < NOW - 20 else 16) for e in s.history)
+        return replace(s, history=history)
+
+    measured = sig(400, 260, ready=16)
+    just_ready = decide(spec, state(8), measured, NOW)
+    long_ready = decide(spec, state(16), measured, NOW)
+    base = settled_state(16, kit.batching(0)).latency_model
+    assert base is not None
+    assert just_ready.latency_model.offset_ms == base.offset_ms
+    assert long_ready.latency_model.offset_ms > base.offset_ms
+    # The tick records what it saw, so the next ticks know when the capacity changed.
+    assert just_ready.history[-1].ready == 16

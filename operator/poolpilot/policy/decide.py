@@ -277,6 +277,7 @@ class _Tick:
             self.ready >= self.state.replicas
             and _since(self.now, self.state.last_scale_change_s) >= p.settle_s
             and _since(self.now, self.state.last_batching_change_s) >= p.settle_s
+            and self.capacity_steady()
         )
         fit_ok = settled and _finite(s.avg_batch_size) and _finite(s.compute_us_per_exec)
         if fit_ok and s.avg_batch_size >= 1 and s.compute_us_per_exec > 0:
@@ -317,6 +318,19 @@ class _Tick:
             self.reasons.append(
                 f"stragglers: p99 is {sr:.1f}x the model's while mean execution and queue time match it"
             )
+
+    def capacity_steady(self) -> bool:
+        """Whether the ready replicas have been what they are now for `settle_s` (as recorded each tick).
+
+        A scale-out whose pods wait for a node becomes capacity a node lead later than the scale change:
+        until the p99 window has passed since then, it still holds the busier pods' requests (found live:
+        a 60 s window straddling 8→16 ready pods read as +56 ms of unmodelled tail, which then held 16
+        replicas for 400 s through the scale-in dead-band)."""
+        return all(
+            e.ready is None or e.ready == self.ready
+            for e in self.state.history
+            if e.time_s > self.now - self.p.settle_s
+        )
 
     def failures(self) -> bool:
         """OOM/BACKEND failures → halve the max batch size (remembered as a ceiling). True if lowered."""
@@ -1092,6 +1106,12 @@ class _Tick:
         )
         kept = [e for e in self.state.history if e.time_s >= self.now - keep_s and e.time_s < self.now]
         kept.append(
-            HistoryEntry(time_s=self.now, replicas=need, rate_per_s=self.lam, replicas_ahead=replicas_ahead)
+            HistoryEntry(
+                time_s=self.now,
+                replicas=need,
+                rate_per_s=self.lam,
+                replicas_ahead=replicas_ahead,
+                ready=self.ready,
+            )
         )
         return tuple(kept[-p.history_max_entries :])
