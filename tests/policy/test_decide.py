@@ -12,6 +12,7 @@ import pytest
 
 from poolpilot.api.types import InferencePoolSpec, ReplicaSpec
 from poolpilot.policy import (
+    Decision,
     HistoryEntry,
     PolicyInputError,
     PolicyParams,
@@ -252,10 +253,8 @@ def test_steady_pool_makes_no_change_and_says_why(kit: SimpleNamespace) -> None:
     assert s.p99_ms <= 150
 
 
-def test_straggler_class_gets_a_queue_timeout(kit: SimpleNamespace) -> None:
-    """p99 far above the model while mean execution and queueing match it → a queue-policy timeout."""
-    spec = kit.make_spec()
-    state = settled_state(10, kit.batching(0))
+def _straggling(kit: SimpleNamespace, spec: Any, state: PoolState) -> tuple[Decision, PoolState]:
+    """20 ticks of a pool whose p99 is far above the model while mean execution and queueing match it."""
     d = None
     for i in range(20):
         t = NOW + 15 * i
@@ -266,9 +265,31 @@ def test_straggler_class_gets_a_queue_timeout(kit: SimpleNamespace) -> None:
         d = decide(spec, state, s, t)
         state = advance(state, d, t)
     assert d is not None
+    return d, state
+
+
+def test_stragglers_get_a_queue_timeout_where_the_spec_allows_shedding(kit: SimpleNamespace) -> None:
+    """`shedding: Hopeless`: a queue timeout past which a queued request cannot meet the objective."""
+    spec = kit.make_spec(batching={"queuePolicy": {"shedding": "Hopeless"}})
+    d, state = _straggling(kit, spec, settled_state(10, kit.batching(0)))
     assert any(r.startswith("stragglers: p99 is") for r in d.reasons), d.reasons
     assert state.batching.queue_timeout_us is not None
     assert 0 < state.batching.queue_timeout_us < 150_000
+
+
+def test_without_shedding_stragglers_never_get_a_timeout_and_one_running_is_removed(
+    kit: SimpleNamespace,
+) -> None:
+    """The default (`shedding: Off`): no request is rejected that the spec did not allow to shed."""
+    spec = kit.make_spec()
+    d, state = _straggling(kit, spec, settled_state(10, kit.batching(0)))
+    assert any(r.startswith("stragglers: p99 is") for r in d.reasons), d.reasons
+    assert state.batching.queue_timeout_us is None
+    # A timeout left on the pods (set under `Hopeless`, then the spec changed) goes at once.
+    running = replace(kit.batching(0), queue_timeout_us=80_000)
+    first = decide(spec, settled_state(10, running), sig(20, 100, ready=10), NOW)
+    assert "batching" in first.actions and first.batching.queue_timeout_us is None
+    assert any("queue timeout from spec" in r for r in first.reasons), first.reasons
 
 
 def test_breach_at_the_latency_floor_does_not_buy_replicas(kit: SimpleNamespace) -> None:
@@ -676,3 +697,24 @@ def test_a_rollout_that_fails_before_any_tick_keeps_the_declared_profile(kit: Si
     assert failed.latency_model is not None
     assert (failed.latency_model.a_ms, failed.latency_model.b_ms) == pytest.approx((40.0, 30.0))
     assert [(d, k) for d, k, _ in failed.latency_model.tabu] == [(5000, 1)]
+
+
+def test_the_tail_is_learnt_only_once_the_window_has_seen_the_ready_capacity(kit: SimpleNamespace) -> None:
+    """Pods that waited for a node turn ready long after the scale change: the p99 window then still holds
+    the busier pods' requests, and learning it as a tail would keep the new capacity for nothing."""
+    spec = kit.make_spec(replicas={"min": 1, "max": 64}, **ONE_CONFIG)
+
+    def state(ready_before: int) -> PoolState:
+        s = settled_state(16, kit.batching(0))
+        history = tuple(replace(e, ready=ready_before if e.time_s < NOW - 20 else 16) for e in s.history)
+        return replace(s, history=history)
+
+    measured = sig(400, 260, ready=16)
+    just_ready = decide(spec, state(8), measured, NOW)
+    long_ready = decide(spec, state(16), measured, NOW)
+    base = settled_state(16, kit.batching(0)).latency_model
+    assert base is not None
+    assert just_ready.latency_model.offset_ms == base.offset_ms
+    assert long_ready.latency_model.offset_ms > base.offset_ms
+    # The tick records what it saw, so the next ticks know when the capacity changed.
+    assert just_ready.history[-1].ready == 16

@@ -147,6 +147,13 @@ class Mode(StrEnum):
     OFF = "Off"
 
 
+class Shedding(StrEnum):
+    """Whether PoolPilot may reject queued requests through Triton's queue-policy timeout."""
+
+    OFF = "Off"
+    HOPELESS = "Hopeless"
+
+
 class CapacityType(StrEnum):
     """How the cloud sells the pool's nodes; Spot nodes can be pre-empted at any time."""
 
@@ -351,6 +358,16 @@ class SLOSpec(_Model):
 class QueuePolicySpec(_Model):
     """Triton's default_queue_policy for the model: how long and how many requests may wait."""
 
+    __rules__ = (
+        Rule(
+            cel="!has(self.timeoutMicroseconds) || !has(self.shedding) || self.shedding == 'Off'",
+            message="shedding: Hopeless lets PoolPilot choose the timeout; it cannot be combined with "
+            "timeoutMicroseconds (a fixed timeout)",
+            check=lambda q: q.timeout_microseconds is None or q.shedding is Shedding.OFF,
+            field_path=".shedding",
+        ),
+    )
+
     timeout_microseconds: int | None = Field(
         default=None,
         ge=0,
@@ -363,6 +380,13 @@ class QueuePolicySpec(_Model):
         ge=0,
         le=1_000_000,
         description="Requests beyond this many queued are rejected at once; 0 = unbounded.",
+    )
+    shedding: Shedding = Field(
+        default=Shedding.OFF,
+        description="Off: PoolPilot never rejects a request (no timeout unless timeoutMicroseconds sets "
+        "one). Hopeless: when long requests stall the queue, PoolPilot may set a queue timeout past which "
+        "a waiting request can no longer meet the objective; such requests fail (REJECTED) instead of "
+        "waiting.",
     )
 
 

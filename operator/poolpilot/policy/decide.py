@@ -22,7 +22,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from poolpilot.api.types import GPUNodePoolSpec, InferencePoolSpec, Mode
+from poolpilot.api.types import GPUNodePoolSpec, InferencePoolSpec, Mode, Shedding
 from poolpilot.policy.demand import DemandForecast, forecast_demand
 from poolpilot.policy.model import (
     Estimate,
@@ -277,6 +277,7 @@ class _Tick:
             self.ready >= self.state.replicas
             and _since(self.now, self.state.last_scale_change_s) >= p.settle_s
             and _since(self.now, self.state.last_batching_change_s) >= p.settle_s
+            and self.capacity_steady()
         )
         fit_ok = settled and _finite(s.avg_batch_size) and _finite(s.compute_us_per_exec)
         if fit_ok and s.avg_batch_size >= 1 and s.compute_us_per_exec > 0:
@@ -317,6 +318,19 @@ class _Tick:
             self.reasons.append(
                 f"stragglers: p99 is {sr:.1f}x the model's while mean execution and queue time match it"
             )
+
+    def capacity_steady(self) -> bool:
+        """Whether the ready replicas have been what they are now for `settle_s` (as recorded each tick).
+
+        A scale-out whose pods wait for a node becomes capacity a node lead later than the scale change:
+        until the p99 window has passed since then, it still holds the busier pods' requests (found live:
+        a 60 s window straddling 8→16 ready pods read as +56 ms of unmodelled tail, which then held 16
+        replicas for 400 s through the scale-in dead-band)."""
+        return all(
+            e.ready is None or e.ready == self.ready
+            for e in self.state.history
+            if e.time_s > self.now - self.p.settle_s
+        )
 
     def failures(self) -> bool:
         """OOM/BACKEND failures → halve the max batch size (remembered as a ceiling). True if lowered."""
@@ -424,6 +438,8 @@ class _Tick:
             forced_bits.append("preferred batch sizes from spec")
         if running.max_queue_size != spec.batching.queue_policy.max_queue_size:
             forced_bits.append("max queue size from spec")
+        if self.timeout_against_spec():
+            forced_bits.append("queue timeout from spec")
         # A setting adopted for a saving that then breached the objective is rolled back at once (it
         # joined the tabu list above): waiting for the model to prefer another setting can take forever,
         # because the breach it caused was learnt as an unmodelled tail that every setting now carries.
@@ -1054,13 +1070,26 @@ class _Tick:
         dropped = tuple(s for s in sizes if s > self.max_batch)
         return keep, dropped
 
+    def timeout_against_spec(self) -> bool:
+        """Whether the running queue timeout is one the spec does not allow (a fixed one differs, or one is
+        set while `shedding` is Off): the pods must not keep rejecting requests the spec wants served."""
+        queue, running = self.spec.batching.queue_policy, self.running.queue_timeout_us
+        if queue.timeout_microseconds is not None:
+            return (running or None) != (queue.timeout_microseconds or None)  # 0 = no timeout in Triton
+        return running is not None and queue.shedding is not Shedding.HOPELESS
+
     def timeout_us(self, d: int, *, frozen: bool) -> int | None:
-        """Spec's timeout if set; on stragglers, the wait after which a request misses the objective."""
-        fixed = self.spec.batching.queue_policy.timeout_microseconds
-        if fixed is not None:
-            return fixed
+        """Spec's timeout if set; with `shedding: Hopeless` and stragglers, the wait after which a request
+        misses the objective; otherwise none (a request the spec did not allow to shed is never shed)."""
+        queue = self.spec.batching.queue_policy
+        if queue.timeout_microseconds is not None:
+            return queue.timeout_microseconds or None  # 0 = no timeout in Triton
         current = self.running.queue_timeout_us
-        if current is not None or not self.straggler or frozen:
+        if frozen:
+            return current  # no batching change this tick (a removal is forced: `run`)
+        if queue.shedding is not Shedding.HOPELESS:
+            return None
+        if current is not None or not self.straggler:
             return current  # sticky: removing it would be one more reload for no gain
         # Only hopeless requests: one that has queued longer than the objective minus the fastest
         # execution misses it whatever happens next, so rejecting it loses nothing and frees its slot.
@@ -1077,6 +1106,12 @@ class _Tick:
         )
         kept = [e for e in self.state.history if e.time_s >= self.now - keep_s and e.time_s < self.now]
         kept.append(
-            HistoryEntry(time_s=self.now, replicas=need, rate_per_s=self.lam, replicas_ahead=replicas_ahead)
+            HistoryEntry(
+                time_s=self.now,
+                replicas=need,
+                rate_per_s=self.lam,
+                replicas_ahead=replicas_ahead,
+                ready=self.ready,
+            )
         )
         return tuple(kept[-p.history_max_entries :])

@@ -61,6 +61,8 @@ class HistoryEntry:
     rate_per_s: float = math.nan
     # Replicas the node pool was asked to hold ahead of demand at that tick (0 = not recorded).
     replicas_ahead: int = 0
+    # Ready replicas measured at that tick (None = not recorded): the capacity the p99 window saw.
+    ready: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

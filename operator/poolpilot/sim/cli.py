@@ -139,6 +139,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--p99-source", choices=("router_histogram", "pod_summary_max"), default="router_histogram",
         help="the p99 the policies see: router histogram (aggregatable) or max of per-pod Triton summaries",
     )  # fmt: skip
+    parser.add_argument(
+        "--shedding", choices=("Off", "Hopeless"), default="Off",
+        help="the pool spec's batching.queuePolicy.shedding: may PoolPilot set a queue timeout that rejects "
+        "requests which can no longer meet the objective (default Off: never)",
+    )  # fmt: skip
     parser.add_argument("--no-series", action="store_true", help="leave the time series out of the JSON")
 
 
@@ -178,6 +183,7 @@ def build_params(args: argparse.Namespace) -> SimParams:
         instance_interference=args.instance_interference,
         scrape_interval_s=args.scrape_interval_s,
         p99_source=args.p99_source,
+        shedding=args.shedding,
         seed=args.seed,
     )
 

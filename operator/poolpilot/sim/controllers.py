@@ -12,6 +12,7 @@ reconcile does. The simulated node pool has one tenant (`paid_replicas_on` with 
 from __future__ import annotations
 
 from poolpilot.api.types import (
+    BatchingSpec,
     GPUNodePoolSpec,
     InferencePoolSpec,
     IntRange,
@@ -19,7 +20,9 @@ from poolpilot.api.types import (
     ModelSpec,
     NodePoolRef,
     ProviderSpec,
+    QueuePolicySpec,
     ReplicaSpec,
+    Shedding,
     SLOSpec,
     TargetRef,
 )
@@ -44,6 +47,7 @@ def pool_spec(params: SimParams, *, mode: Mode = Mode.AUTO) -> InferencePoolSpec
             margin_ratio=params.margin_ratio,
         ),
         replicas=ReplicaSpec(min=params.min_replicas, max=params.max_replicas),
+        batching=BatchingSpec(queue_policy=QueuePolicySpec(shedding=Shedding(params.shedding))),
         node_pool=NodePoolRef(name=NODE_POOL_NAME, gpus_per_replica=params.gpus_per_replica),
     )
 

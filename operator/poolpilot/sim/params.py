@@ -62,6 +62,8 @@ class SimParams:
     max_replicas: int = 256
     initial_replicas: int | None = None  # None: warm start for the first minute's load (see run.py)
     target_gpu_utilization: float = 0.7
+    # The pool spec's `batching.queuePolicy.shedding`: may the policy set a queue timeout (Hopeless) or not.
+    shedding: Literal["Off", "Hopeless"] = "Off"
     # Observation
     scrape_interval_s: float = 15.0
     rate_window_s: float = 60.0
@@ -118,6 +120,8 @@ class SimParams:
             raise ValueError(f"initial_replicas must be >= 0, got {self.initial_replicas}")
         if not 0 < self.target_gpu_utilization <= 1:
             raise ValueError(f"target_gpu_utilization must be in (0, 1], got {self.target_gpu_utilization}")
+        if self.shedding not in ("Off", "Hopeless"):
+            raise ValueError(f"shedding must be Off or Hopeless, got {self.shedding!r}")
         if self.p99_source not in ("router_histogram", "pod_summary_max"):
             raise ValueError(
                 f"p99_source must be router_histogram or pod_summary_max, got {self.p99_source!r}"
