@@ -26,7 +26,7 @@ from poolpilot.sandbox.demo import (
     server_time_promql,
     sim_params,
 )
-from poolpilot.sandbox.report import per_minute_table
+from poolpilot.sandbox.report import per_minute_table, seen
 
 
 def _trace(times: list[float], duration_s: float) -> Trace:
@@ -154,6 +154,24 @@ def test_the_minute_table_marks_the_missed_minutes_and_the_host_stalls() -> None
         "| 1 | 120.0 | 118.0 | yes | yes | 3 | 0 |",
         "| 2 | 178.0 | 133.0 | yes | **no** | 140 | 4 |",
     ]
+
+
+def test_the_seen_actions_quote_the_rollout_that_carries_its_reason() -> None:
+    """A rollout's end and start can share a second; the report quotes the start, which says why."""
+    events = [
+        {"time": 90.0, "reason": "NodesOrdered", "message": "grow node pool 0→1 (set-up)"},
+        {"time": 109.0, "reason": "ScaledOut", "message": "replicas 3→8: fill"},
+        {"time": 289.0, "reason": "BatchingRolledOut", "message": "every Ready pod runs 0 µs"},
+        {"time": 289.0, "reason": "BatchingRolloutStarted", "message": "0 µs: saves 1 replica"},
+        {"time": 403.0, "reason": "NodesOrdered", "message": "grow node pool 1→2"},
+    ]
+    out = seen({"_run": {"started_wall": 100.0, "events": events}})
+    assert out == {
+        "scale-out": "ScaledOut: replicas 3→8: fill",
+        "batching rollout": "BatchingRolloutStarted: 0 µs: saves 1 replica",
+        "node order": "NodesOrdered: grow node pool 1→2",
+        "scale-in": "not seen",
+    }
 
 
 def test_two_claims_get_two_ranges_and_a_released_one_is_reused(tmp_path: Path) -> None:

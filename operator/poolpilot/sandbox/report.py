@@ -218,7 +218,8 @@ def seen(doc: dict[str, Any]) -> dict[str, str]:
     t0 = _num(doc["_run"].get("started_wall"))
     during = [e for e in doc["_run"].get("events", []) if not _num(e.get("time")) < t0]  # not set up
     for label, reasons in wanted.items():
-        hit = next((e for e in during if e.get("reason") in reasons), None)
+        # In the order of `reasons`: a rollout's start carries its reason, its end (same second) does not.
+        hit = next((e for r in reasons for e in during if e.get("reason") == r), None)
         out[label] = f"{hit['reason']}: {hit['message']}" if hit else "not seen"
     return out
 
