@@ -191,10 +191,10 @@ class WakeLateness:
     """How late this process's timers fire, learned from each emulated execution, so the next one sleeps that
     much less: an emulated GPU must take the curve's time, not the curve's time plus the event loop's.
 
-    Measured live (sandbox demo, 8 executors beside the control plane on 2 CPUs): executions of a declared
-    40 + 30·batch ms took 42.5 + 30·batch ms — the timer's wake-up plus the loop's other work — and the pods'
-    tail near saturation was then heavier than the simulator's at the same load. An exponential average
-    (`gain` per execution) of the lateness past the requested sleep; the sleep never goes below zero.
+    Measured live (sandbox demo, 8 executors beside the control plane on 2 CPUs): the operator fitted
+    42.5 + 30·batch ms to a declared 40 + 30·batch (the trace's long-request token term included) before
+    this and 41.5–42.1 after: the rest was the timer's wake-up plus the loop's other work. An exponential
+    average (`gain` per execution) of the lateness past the requested sleep; the sleep never goes below 0.
     """
 
     def __init__(self, gain: float = 0.1) -> None:
