@@ -64,9 +64,11 @@ def material(status: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _history_signature(history: Any) -> list[tuple[Any, ...]]:
-    """The history as runs of like entries: (replicas, replicasAhead, demand at the run's start).
+    """The history as runs of like entries: (replicas, replicasAhead, ready, demand at the run's start).
 
-    An entry joins the current run when it has the same replicas and node ask and its demand is within
+    An entry joins the current run when it has the same replicas, node ask and ready count (the policy
+    learns only once the ready count has held: a restarted operator must see when it changed) and its
+    demand is within
     HISTORY_RATE_STEP of the run's first; so a restarted operator misses at most the entries written since
     the last heartbeat, each like the last one it finds.
     """
@@ -74,10 +76,11 @@ def _history_signature(history: Any) -> list[tuple[Any, ...]]:
     for entry in history if isinstance(history, list) else []:
         if not isinstance(entry, Mapping):
             continue
-        replicas, ahead, rate = entry.get("replicas"), entry.get("replicasAhead"), entry.get("ratePerS")
-        if runs and runs[-1][:2] == (replicas, ahead) and _close(runs[-1][2], rate):
+        key = (entry.get("replicas"), entry.get("replicasAhead"), entry.get("ready"))
+        rate = entry.get("ratePerS")
+        if runs and runs[-1][:3] == key and _close(runs[-1][3], rate):
             continue
-        runs.append((replicas, ahead, rate))
+        runs.append((*key, rate))
     return runs
 
 
