@@ -9,6 +9,20 @@ cd "$(dirname "$0")/.."
 
 log() { printf '==> %s\n' "$*"; }
 
+# The executor extra pulls torch from PyPI with its CUDA wheels: ~6 GB unpacked, more while pip unpacks.
+# Say so up front instead of failing half-installed with pip's "[Errno 28] No space left on device".
+need_gb="${POOLPILOT_VENV_MIN_FREE_GB:-9}"
+if ! .venv/bin/python -c 'import torch' >/dev/null 2>&1; then
+  free_kb=$(df -Pk . | awk 'NR == 2 { print $4 }')
+  tmp_free_kb=$(df -Pk "${TMPDIR:-/tmp}" | awk 'NR == 2 { print $4 }')
+  if (( free_kb < need_gb * 1024 * 1024 || tmp_free_kb < need_gb * 1024 * 1024 )); then
+    echo "setup: installing .venv needs about ${need_gb} GB free (torch with its CUDA wheels);" \
+      "free here: $((free_kb / 1024 / 1024)) GB in $(pwd), $((tmp_free_kb / 1024 / 1024)) GB in ${TMPDIR:-/tmp}." \
+      "Free some space (old clones, /tmp) or set POOLPILOT_VENV_MIN_FREE_GB to override." >&2
+    exit 1
+  fi
+fi
+
 if ! command -v prometheus >/dev/null 2>&1; then
   log "installing Debian package prometheus"
   export DEBIAN_FRONTEND=noninteractive
