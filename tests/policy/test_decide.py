@@ -718,3 +718,78 @@ def test_the_tail_is_learnt_only_once_the_window_has_seen_the_ready_capacity(kit
     assert long_ready.latency_model.offset_ms > base.offset_ms
     # The tick records what it saw, so the next ticks know when the capacity changed.
     assert just_ready.history[-1].ready == 16
+
+
+def test_a_breach_is_remembered_against_the_replicas_that_served_it(kit: SimpleNamespace) -> None:
+    """16 asked for, 8 ready all window (the rest wait for a node), p99 over: 8 were measured too few."""
+    spec = kit.make_spec(replicas={"min": 1, "max": 64}, **ONE_CONFIG)
+    s = settled_state(16, kit.batching(0))
+    state = replace(s, history=tuple(replace(e, ready=8) for e in s.history))
+    d = decide(spec, state, sig(1_100, 400, ready=8), NOW, node_pool=kit.make_node_pool())
+    assert d.replicas >= 16, d.reasons
+    assert d.latency_model.floor_replicas == 9, d.reasons
+    assert d.latency_model.floor_rate_per_s == pytest.approx(1_100)
+    assert d.latency_model.floor_p99_ms == 400
+    # Pods that turned ready within the window served only part of it: not yet evidence.
+    fresh = replace(s, history=tuple(replace(e, ready=4 if e.time_s < NOW - 20 else 8) for e in s.history))
+    later = decide(spec, fresh, sig(1_100, 400, ready=8), NOW, node_pool=kit.make_node_pool())
+    assert later.latency_model.floor_replicas == 0, later.reasons
+
+
+def _released_at(kit: SimpleNamespace) -> float:
+    """The lowest demand at which the policy releases one of two paid nodes (no floor recorded)."""
+    for rate, _, priced in _sweep(kit, 2 * PER_NODE, 2 * PER_NODE):
+        if any(r.startswith("release a node") for r in priced.reasons):
+            return rate
+    raise AssertionError("no release in the sweep")
+
+
+def test_no_node_is_released_below_replicas_measured_too_few(kit: SimpleNamespace) -> None:
+    """A node goes only if the replicas left were never measured too few at a demand seen within the node
+    lead; a dip of one tick below that demand does not count as evidence."""
+    rate = _released_at(kit)
+    spec = kit.make_spec(**ONE_CONFIG)
+    base = settled_state(2 * PER_NODE, kit.batching(0))
+    assert base.latency_model is not None
+    floor = replace(
+        base.latency_model, floor_replicas=PER_NODE + 1, floor_rate_per_s=rate * 1.3, floor_p99_ms=180.0
+    )
+    busy_before = tuple(
+        replace(e, rate_per_s=rate * 1.3 if e.time_s >= NOW - 150 else rate) for e in base.history
+    )
+    state = replace(base, latency_model=floor, history=busy_before)
+    kept = decide(
+        spec,
+        state,
+        sig(rate, 120, ready=2 * PER_NODE),
+        NOW,
+        node_pool=kit.make_node_pool(),
+        paid_replicas=2 * PER_NODE,
+    )
+    assert kept.replicas == 2 * PER_NODE, kept.reasons
+    assert any(r.startswith(f"node kept: {PER_NODE} replicas were measured too few") for r in kept.reasons)
+    # Measured over the objective's margin but within the target (150 ms): not evidence against a node.
+    margin_only = replace(state, latency_model=replace(floor, floor_p99_ms=146.0))
+    assert any(
+        r.startswith("release a node")
+        for r in decide(
+            spec,
+            margin_only,
+            sig(rate, 120, ready=2 * PER_NODE),
+            NOW,
+            node_pool=kit.make_node_pool(),
+            paid_replicas=2 * PER_NODE,
+        ).reasons
+    )
+    # Once the busiest demand within the node lead is clearly below the floor's, the evidence lapses.
+    calm = replace(state, history=tuple(replace(e, rate_per_s=rate) for e in base.history))
+    gone = decide(
+        spec,
+        calm,
+        sig(rate, 120, ready=2 * PER_NODE),
+        NOW,
+        node_pool=kit.make_node_pool(),
+        paid_replicas=2 * PER_NODE,
+    )
+    assert any(r.startswith("release a node") for r in gone.reasons), gone.reasons
+    assert gone.latency_model.floor_replicas == 0

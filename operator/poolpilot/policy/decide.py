@@ -489,9 +489,7 @@ class _Tick:
         )
         r_strict = fewest_replicas(strict, cur_d, cur_k).replicas
         floor = self.model.floor_replicas
-        floor_active = floor > 0 and lam_plan >= self.model.floor_rate_per_s * (
-            1.0 - p.scale_in_demand_headroom
-        )
+        floor_active = self.floor_active()
         stable_target = max(max(window), r_strict, floor if floor_active else 0)
         # Hysteresis (HPA's tolerance, on the way down only): a scale-in must remove a real share of the
         # fleet. One replica at a time, as the peak correction decays, is a creep that never settles.
@@ -734,14 +732,22 @@ class _Tick:
             actions = []
 
         measured_short = _finite(measured) and measured > self.objective_ms
-        if planned > R and self.ready >= R and measured_short:
-            # Evidence: R serving replicas were MEASURED too few at this demand (a prediction that
-            # they would be is not evidence: a fresh model's first guess would pin the pool above
-            # its need for as long as the load stays).
-            self.model = replace(self.model, floor_replicas=R + 1, floor_rate_per_s=self.lam)
+        serving = min(R, self.ready)
+        if planned > serving > 0 and measured_short and self.capacity_steady():
+            # Evidence: the replicas that served the whole window were MEASURED too few at this demand
+            # (a prediction that they would be is not evidence: a fresh model's first guess would pin
+            # the pool above its need for as long as the load stays). It is about the ready ones: pods
+            # still waiting for a node served nothing (found in the suite: 8 ready of 16 breached at
+            # 1,105/s, nothing was recorded, and a scale-in to 8 ten minutes later breached again).
+            if not floor_active or serving + 1 >= floor:
+                self.model = replace(
+                    self.model, floor_replicas=serving + 1, floor_rate_per_s=self.lam, floor_p99_ms=measured
+                )
         elif floor > 0 and (not floor_active or "batching" in actions):
             # The evidence was about the running batching: a new setting starts without it.
-            self.model = replace(self.model, floor_replicas=0, floor_rate_per_s=math.nan)
+            self.model = replace(
+                self.model, floor_replicas=0, floor_rate_per_s=math.nan, floor_p99_ms=math.nan
+            )
         # A node bought on the forecast alone must be asked for two ticks running: a trend that
         # flickers across its threshold would otherwise order and cancel a node every other tick.
         ahead_asked = r_ahead
@@ -834,7 +840,18 @@ class _Tick:
                 fewest_replicas(replace(self.problem(lam * head, release_ms), model=peak), d, k)
                 for lam in (lam_plan, lam_ahead, self.fc.recent_peak_per_s)
             ]
-            if all(c.feasible and c.replicas <= fewer for c in strict):
+            m = self.model
+            # Evidence against the release only if it missed the level a release is checked against.
+            measured_too_few = (
+                self.floor_active() and fewer < m.floor_replicas and m.floor_p99_ms > release_ms
+            )
+            if measured_too_few:
+                self.reasons.append(
+                    f"node kept: {m.floor_replicas - 1} replicas were measured too few at "
+                    f"{m.floor_rate_per_s:.0f}/s (p99 {m.floor_p99_ms:.0f} ms > {release_ms:.0f} ms), "
+                    "and demand reached that within the node lead"
+                )
+            elif all(c.feasible and c.replicas <= fewer for c in strict):
                 self.reasons.append(
                     f"release a node: {fewer} replicas meet {release_ms:.0f} ms at "
                     f"{head - 1:.0%} more demand (the objective alone held {max(planned, r_ahead)})"
@@ -850,6 +867,19 @@ class _Tick:
         if breach:
             replicas = max(replicas, self.state.replicas)
         return replicas, planned, r_ahead
+
+    def floor_active(self) -> bool:
+        """Whether the measured floor (`LatencyModel.floor_replicas`) still holds.
+
+        It holds while the busiest demand recorded within the node reaction time (what capacity given
+        back takes to return) comes within the scale-in headroom of the rate it was measured at: a dip
+        of one tick below that rate is not evidence that fewer replicas would do.
+        """
+        m = self.model
+        if m.floor_replicas <= 0 or not _finite(m.floor_rate_per_s):
+            return False
+        busiest = max(self.fc.replicas_per_s, self.fc.recent_peak_per_s)
+        return busiest >= m.floor_rate_per_s * (1.0 - self.p.scale_in_demand_headroom)
 
     def guard(self, d: int, k: int, lam: float) -> tuple[bool, float, int]:
         """Guard stage: (breach, measured/target, replicas the measured breach asks for; 0 = none).

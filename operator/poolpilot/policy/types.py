@@ -89,10 +89,14 @@ class LatencyModel:
     # (the correction differs between operating points: without this memory, scale in at the
     # point's low correction and scale out at the next one's high correction repeat forever).
     correction_peak: float = 0.0
-    # Anti-flap memory: at `floor_rate_per_s` inferences/s the pool last had to scale OUT to
-    # `floor_replicas`; scale-in below it waits until demand drops clearly below that rate.
+    # Anti-flap memory: at `floor_rate_per_s` inferences/s, `floor_replicas` - 1 replicas ready for the
+    # whole p99 window were measured too few; neither scale-in nor a node release goes below it while
+    # demand within the node reaction time comes near that rate.
     floor_replicas: int = 0
     floor_rate_per_s: float = math.nan
+    # The p99 measured then: a node release (checked against the target itself, not the objective's
+    # margin) counts the floor only if that measurement missed the target.
+    floor_p99_ms: float = math.nan
     # Additive correction (ms): measured p99 minus the model's, smoothed. The tail the model does not
     # see (long-token stragglers, skew) adds to every request's latency, so it is added, not scaled:
     # scaling it would credit more replicas with removing it. `offset_peak_ms` is its recent peak,
