@@ -191,3 +191,24 @@ def test_every_controller_starts_from_the_first_minutes_need(monkeypatch: pytest
     assert need is not None and rec["start_replicas"] == need
     assert started["poolpilot"] == started["hpa"] == started["kpa"] == need
     assert "static" in started  # static (a fixed fleet by definition) keeps its own size
+
+
+def test_explain_reads_the_hour_the_suite_judged() -> None:
+    """`--explain`: a row per window whose verdicts add up to the attainment the suite reports, and every
+    decision with its reasons."""
+    from poolpilot.sim.registry import run_policy
+    from poolpilot.sim.run import prepare_params
+    from poolpilot.sim.suite_explain import explain
+
+    spec = replace(draw_spec("dev", 6, 600.0), target_peak_replicas=6.0)  # on/off: misses some windows
+    text = explain(spec, None)
+    trace = suite.build_trace(spec, None)
+    params = prepare_params(trace, spec.params())
+    r = run_policy("poolpilot", trace, replace(params, initial_replicas=suite.start_replicas(trace, params)))
+    rows = [line for line in text.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert len(rows) == r.windows == 10
+    missed = sum(1 for line in rows if line.rstrip().endswith("| MISSED |"))
+    assert 0 < missed == round((1 - r.slo_attainment_windows) * r.windows)
+    decisions = [line for line in text.splitlines() if line.startswith("- ")]
+    assert len(decisions) == len(r.decisions) > 0
+    assert all(" — " in line and len(line.split(" — ", 1)[1]) > 10 for line in decisions)

@@ -301,6 +301,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     suite.add_argument(
         "--report-only", action="store_true", help="suite: report the cached scenarios, run nothing"
     )
+    suite.add_argument(
+        "--explain",
+        metavar="I",
+        type=int,
+        help="suite: replay scenario I of --seeds with PoolPilot and print its hour minute by minute with "
+        "every decision and its reasons (Markdown; --markdown writes it to a file)",
+    )
 
 
 def _print(text: str = "") -> None:

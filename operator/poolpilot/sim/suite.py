@@ -506,6 +506,24 @@ def markdown(records: Sequence[dict[str, Any]], seed_set: str, wall_s: float) ->
     return "".join(parts)
 
 
+def _explain(args: Any, index: int) -> int:
+    """`--explain I`: one scenario's hour with PoolPilot's decisions (`poolpilot.sim.suite_explain`)."""
+    from poolpilot.sim.suite_explain import explain
+
+    if index < 0:
+        print("poolpilot bench: error: --explain must be a scenario index >= 0", file=sys.stderr)
+        return 2
+    spec = draw_spec(args.seeds, index, args.duration)
+    text = explain(spec, _load_base(Path(args.trace)))
+    if args.markdown:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(text, encoding="utf-8")
+        print(f"wrote {args.markdown}", flush=True)
+    else:
+        print(text, flush=True)
+    return 0
+
+
 def main(args: Any) -> int:
     """Entry point of `poolpilot bench --suite generalize`."""
     if args.count < 1:
@@ -518,6 +536,9 @@ def main(args: Any) -> int:
     if jobs < 1:
         print("poolpilot bench: error: --jobs must be >= 1", file=sys.stderr)
         return 2
+    explain_i = getattr(args, "explain", None)
+    if explain_i is not None:
+        return _explain(args, explain_i)
     only = getattr(args, "index", None)
     if only is not None and not all(0 <= i < args.count for i in only):
         print(f"poolpilot bench: error: --index must be in [0, {args.count})", file=sys.stderr)
