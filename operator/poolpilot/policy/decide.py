@@ -845,9 +845,8 @@ class _Tick:
             head = 1.0 + self.p.scale_in_demand_headroom
             peak = pessimistic(self.model)
             # A released node takes its lead time to come back: the fewer replicas must also have
-            # served the busiest demand seen over that long (minute-to-minute swings outrun 10 %).
-            # A released node takes its lead time to come back: the fewer replicas must also have
-            # served the busiest demand seen over that long (minute-to-minute swings outrun 10 %).
+            # served the busiest demand seen over that long (minute-to-minute swings outrun 10 %),
+            # and a level demand has come back to after troughs as long as this one (`remember_level`).
             strict = [
                 fewest_replicas(replace(self.problem(lam * head, release_ms), model=peak), d, k)
                 for lam in (lam_plan, lam_ahead, self.fc.recent_peak_per_s, self.hold_rate)
