@@ -136,12 +136,12 @@ def plant_truth(
 
 
 def plant_true_need(
-    plant: Plant, rate_per_s: float, objective_ms: float, max_replicas: int = 64, max_utilization: float = 0.7
+    plant: Plant, rate_per_s: float, objective_ms: float, max_replicas: int = 64, max_utilization: float = 1.0
 ) -> int | None:
     """Fewest replicas whose TRUE p99 meets the objective with the best default-bounds batching, or None.
 
     Searched over the queue delays of the policy's grid (the default spec allows 0-50 ms) and 1-2
-    instances, under the spec's utilisation cap (targetGPUUtilization, 0.7 by default): what an oracle
+    instances, under the spec's utilisation cap (targetGPUUtilization, 1 by default: none): what an oracle
     that knew the plant would pick.
     """
     best: int | None = None

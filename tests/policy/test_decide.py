@@ -793,3 +793,39 @@ def test_no_node_is_released_below_replicas_measured_too_few(kit: SimpleNamespac
     )
     assert any(r.startswith("release a node") for r in gone.reasons), gone.reasons
     assert gone.latency_model.floor_replicas == 0
+
+
+def test_a_trough_as_short_as_a_past_one_keeps_the_burst_capacity(
+    kit: SimpleNamespace,
+) -> None:
+    """On/off load: once demand has come back to a level after a 15-minute trough, a later trough keeps
+    the replicas that level needs for 15 minutes (and says so); a load never seen to come back does not."""
+    spec = kit.make_spec(replicas={"min": 1, "max": 64}, **ONE_CONFIG)
+    burst, trough = 3_000.0, 300.0
+    high = _fleet_need(spec, burst)
+    assert high > 2 * _fleet_need(spec, trough)
+    base = settled_state(high, kit.batching(0), need=_fleet_need(spec, trough))
+    assert base.latency_model is not None
+    seen = replace(base.latency_model, burst_rate_per_s=burst, burst_seen_s=NOW - 600)
+    held = decide(spec, replace(base, latency_model=replace(seen, burst_hold_s=900.0)), sig(trough, 110), NOW)
+    free = decide(spec, replace(base, latency_model=seen), sig(trough, 110), NOW)
+    assert free.actions == ("scale",) and free.replicas < high // 2, free.reasons
+    assert held.replicas > free.replicas + 2, held.reasons
+    assert any(f"held for {burst:.0f}/s, which demand has come back to" in r for r in held.reasons)
+    # Past the hold (15 minutes after the level was last seen) the trough is believed.
+    late = replace(seen, burst_hold_s=900.0, burst_seen_s=NOW - 1_000)
+    assert decide(spec, replace(base, latency_model=late), sig(trough, 110), NOW).replicas == free.replicas
+
+
+def test_the_objective_alone_sizes_the_fleet_unless_a_utilisation_cap_is_set(kit: SimpleNamespace) -> None:
+    """targetGPUUtilization defaults to 1: no replica is bought for utilisation the objective does not
+    need. A pool that sets 0.7 (HPA's convention) gets the headroom it asked for."""
+    slo = {"latencyTargetMs": 300}  # room for queueing: the objective binds past 70 % busy
+    default = kit.make_spec(replicas={"min": 1, "max": 64}, slo=slo, **ONE_CONFIG)
+    capped = kit.make_spec(
+        replicas={"min": 1, "max": 64}, slo={**slo, "targetGPUUtilization": 0.7}, **ONE_CONFIG
+    )
+    assert default.slo.target_gpu_utilization == 1.0
+    rates = range(200, 4_000, 200)
+    assert all(_fleet_need(default, r) <= _fleet_need(capped, r) for r in rates)
+    assert any(_fleet_need(default, r) < _fleet_need(capped, r) for r in rates)

@@ -338,11 +338,14 @@ class SLOSpec(_Model):
         description="Objective for the latency quantile, in milliseconds (end-to-end request latency).",
     )
     target_gpu_utilization: float = Field(
-        default=0.7,
+        default=1.0,
         gt=0,
         le=1,
         alias="targetGPUUtilization",
-        description="GPU busy fraction (0 < x <= 1) to aim for when the latency objective leaves room.",
+        description=(
+            "Highest planned GPU busy fraction (0 < x <= 1). The default 1 leaves sizing to the latency "
+            "objective alone; set it lower (0.7 is HPA's convention) to keep utilisation headroom as well."
+        ),
     )
     margin_ratio: float = Field(
         default=0.05,

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from poolpilot.api.types import GPUNodePoolSpec, InferencePoolSpec, Mode, Shedding
-from poolpilot.policy.demand import DemandForecast, forecast_demand
+from poolpilot.policy.demand import DemandForecast, Recurrence, forecast_demand, recurrence
 from poolpilot.policy.model import (
     Estimate,
     corrected,
@@ -264,6 +264,8 @@ class _Tick:
         self.straggler = False
         self.max_batch = spec.model.max_batch_size
         self.floor_note = ""
+        self.hold_left_s = 0.0
+        self.hold_rate = math.nan  # a recurring level to keep capacity for (NaN: none); remember_level
         self.paid_replicas = paid_replicas
         # Until the forecast stage runs: demand now for every lever.
         self.fc = DemandForecast(self.lam, self.lam, self.lam, 0.0, self.lam)
@@ -381,6 +383,7 @@ class _Tick:
         oom = self.failures()
         R = state.replicas
         fc = self.forecast()
+        self.remember_level()
         lam_plan = fc.replicas_per_s
         prob = self.problem(lam_plan, self.objective_ms)
 
@@ -490,7 +493,14 @@ class _Tick:
         r_strict = fewest_replicas(strict, cur_d, cur_k).replicas
         floor = self.model.floor_replicas
         floor_active = self.floor_active()
-        stable_target = max(max(window), r_strict, floor if floor_active else 0)
+        r_recur = 0
+        if math.isfinite(self.hold_rate):
+            r_recur = fewest_replicas(
+                replace(self.problem(self.hold_rate, self.objective_ms), model=pessimistic(self.model)),
+                cur_d,
+                cur_k,
+            ).replicas
+        stable_target = max(max(window), r_strict, floor if floor_active else 0, r_recur)
         # Hysteresis (HPA's tolerance, on the way down only): a scale-in must remove a real share of the
         # fleet. One replica at a time, as the peak correction decays, is a creep that never settles.
         min_step = max(1, math.ceil(p.scale_in_tolerance * R))
@@ -519,6 +529,7 @@ class _Tick:
                     if floor_active
                     else ""
                 )
+                + (self.hold_note(r_recur) if r_recur >= target else "")
             )
         else:
             if cand_cur.feasible and cand_cur.replicas <= R:
@@ -628,6 +639,7 @@ class _Tick:
                             if floor_active and floor >= R
                             else ""
                         )
+                        + (self.hold_note(r_recur) if r_recur >= R else "")
                     )
         if target > self.r_hi or target < self.r_lo:
             self.reasons.append(f"replicas clamped to spec bounds [{self.r_lo}, {self.r_hi}]")
@@ -833,12 +845,12 @@ class _Tick:
             head = 1.0 + self.p.scale_in_demand_headroom
             peak = pessimistic(self.model)
             # A released node takes its lead time to come back: the fewer replicas must also have
-            # served the busiest demand seen over that long (minute-to-minute swings outrun 10 %).
-            # A released node takes its lead time to come back: the fewer replicas must also have
-            # served the busiest demand seen over that long (minute-to-minute swings outrun 10 %).
+            # served the busiest demand seen over that long (minute-to-minute swings outrun 10 %),
+            # and a level demand has come back to after troughs as long as this one (`remember_level`).
             strict = [
                 fewest_replicas(replace(self.problem(lam * head, release_ms), model=peak), d, k)
-                for lam in (lam_plan, lam_ahead, self.fc.recent_peak_per_s)
+                for lam in (lam_plan, lam_ahead, self.fc.recent_peak_per_s, self.hold_rate)
+                if math.isfinite(lam)
             ]
             m = self.model
             # Evidence against the release only if it missed the level a release is checked against.
@@ -867,6 +879,39 @@ class _Tick:
         if breach:
             replicas = max(replicas, self.state.replicas)
         return replicas, planned, r_ahead
+
+    def remember_level(self) -> None:
+        """Recurrence stage: update the level memory; hold capacity for it through a trough that is no
+        longer than the longest gap after which demand has come back (`demand.recurrence`)."""
+        m = self.model
+        mem = recurrence(
+            Recurrence(m.burst_rate_per_s, m.burst_seen_s, m.burst_hold_s),
+            self.lam,
+            self.now,
+            reaction_s=self.node_lead_s(),
+            headroom=self.p.scale_in_demand_headroom,
+            max_hold_s=self.p.recurrence_max_hold_s,
+        )
+        self.model = replace(
+            m, burst_rate_per_s=mem.rate_per_s, burst_seen_s=mem.seen_s, burst_hold_s=mem.hold_s
+        )
+        if mem.learnt_gap_s > 0:
+            self.reasons.append(
+                f"demand back at {mem.rate_per_s:.0f}/s after {mem.learnt_gap_s:.0f} s below it: capacity "
+                "for it is now held through troughs that long"
+            )
+        if mem.holding(self.now) and self.lam < mem.rate_per_s * (1.0 - self.p.scale_in_demand_headroom):
+            self.hold_rate = mem.rate_per_s
+            self.hold_left_s = mem.seen_s + mem.hold_s - self.now
+
+    def hold_note(self, replicas: int) -> str:
+        """The reason text of a scale-in the recurrence hold limits."""
+        if replicas <= 0:
+            return ""
+        return (
+            f"; {replicas} held for {self.hold_rate:.0f}/s, which demand has come back to after "
+            f"troughs this long (another {self.hold_left_s:.0f} s)"
+        )
 
     def floor_active(self) -> bool:
         """Whether the measured floor (`LatencyModel.floor_replicas`) still holds.

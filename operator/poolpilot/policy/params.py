@@ -122,6 +122,10 @@ class PolicyParams:
     8 % on the step and 2 % on the flash. Its case — bursts that recur within a node lead — needs hour-long
     runs to show (and the scale-down stabilisation window already holds replicas after a peak).
     """
+    recurrence_max_hold_s: float = 3600.0
+    """Longest trough through which capacity for a recurring demand level is held
+    (`poolpilot.policy.demand.recurrence`): an hour, the scale of a diurnal phase — a load back after
+    longer than that is a new phase, not a burst, and a node lead is then small next to the gap."""
     min_fit_samples: int = 4
     """Settled observations of the pool's own executions before a batching change is made for a saving.
 

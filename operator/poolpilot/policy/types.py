@@ -97,6 +97,13 @@ class LatencyModel:
     # The p99 measured then: a node release (checked against the target itself, not the objective's
     # margin) counts the floor only if that measurement missed the target.
     floor_p99_ms: float = math.nan
+    # Recurrence memory (`poolpilot.policy.demand.recurrence`): the busiest demand level reached, the
+    # last time demand came within the scale-in headroom of it, and the longest gap after which it came
+    # back (0 until it has once). Through a trough no longer than that gap, capacity for the level is
+    # not given back: a load that recurs is not gone when it dips.
+    burst_rate_per_s: float = math.nan
+    burst_seen_s: float = math.nan
+    burst_hold_s: float = 0.0
     # Additive correction (ms): measured p99 minus the model's, smoothed. The tail the model does not
     # see (long-token stragglers, skew) adds to every request's latency, so it is added, not scaled:
     # scaling it would credit more replicas with removing it. `offset_peak_ms` is its recent peak,

@@ -43,8 +43,12 @@ def pool_spec(params: SimParams, *, mode: Mode = Mode.AUTO) -> InferencePoolSpec
         slo=SLOSpec(
             latency_quantile=params.latency_quantile,
             latency_target_ms=params.slo_ms,
-            target_gpu_utilization=params.target_gpu_utilization,
             margin_ratio=params.margin_ratio,
+            **(
+                {}
+                if params.pool_target_gpu_utilization is None
+                else {"target_gpu_utilization": params.pool_target_gpu_utilization}
+            ),
         ),
         replicas=ReplicaSpec(min=params.min_replicas, max=params.max_replicas),
         batching=BatchingSpec(queue_policy=QueuePolicySpec(shedding=Shedding(params.shedding))),

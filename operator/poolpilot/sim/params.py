@@ -61,7 +61,10 @@ class SimParams:
     min_replicas: int = 1
     max_replicas: int = 256
     initial_replicas: int | None = None  # None: warm start for the first minute's load (see run.py)
+    # The baselines' utilisation target: HPA's 70 % and the static fleet's sizing (baselines.py).
     target_gpu_utilization: float = 0.7
+    # The simulated pool's spec.slo.targetGPUUtilization (None: the spec's default, no cap but the objective).
+    pool_target_gpu_utilization: float | None = None
     # The pool spec's `batching.queuePolicy.shedding`: may the policy set a queue timeout (Hopeless) or not.
     shedding: Literal["Off", "Hopeless"] = "Off"
     # Observation
@@ -120,6 +123,9 @@ class SimParams:
             raise ValueError(f"initial_replicas must be >= 0, got {self.initial_replicas}")
         if not 0 < self.target_gpu_utilization <= 1:
             raise ValueError(f"target_gpu_utilization must be in (0, 1], got {self.target_gpu_utilization}")
+        pool_util = self.pool_target_gpu_utilization
+        if pool_util is not None and not 0 < pool_util <= 1:
+            raise ValueError(f"pool_target_gpu_utilization must be in (0, 1], got {pool_util}")
         if self.shedding not in ("Off", "Hopeless"):
             raise ValueError(f"shedding must be Off or Hopeless, got {self.shedding!r}")
         if self.p99_source not in ("router_histogram", "pod_summary_max"):
