@@ -387,6 +387,18 @@ def _sweep(kit: SimpleNamespace, replicas: int, paid: int) -> list[tuple[float, 
     return out
 
 
+def _on_two_nodes(kit: SimpleNamespace, state: PoolState, rate: float, p99: float = 120) -> Decision:
+    """One tick of a pool whose 2 nodes are paid and whose replicas all serve (ONE_CONFIG spec)."""
+    return decide(
+        kit.make_spec(**ONE_CONFIG),
+        state,
+        sig(rate, p99, ready=2 * PER_NODE),
+        NOW,
+        node_pool=kit.make_node_pool(),
+        paid_replicas=2 * PER_NODE,
+    )
+
+
 def test_no_new_node_for_the_margin_alone(kit: SimpleNamespace) -> None:
     """The objective alone would open a second node; the paid node meets the target with half the margin."""
     spec = kit.make_spec()
@@ -412,32 +424,16 @@ def test_a_node_held_for_the_margin_is_released_but_never_during_a_breach(kit: S
             assert priced.replicas == PER_NODE, priced.reasons
             assert priced.node_demand is not None and priced.node_demand.gpus_ahead <= PER_NODE
             assert "batching" not in priced.actions
-            spec = kit.make_spec(**ONE_CONFIG)
             state = settled_state(2 * PER_NODE, kit.batching(0))
-            hot = decide(
-                spec,
-                state,
-                sig(rate, 180, ready=2 * PER_NODE),
-                NOW,
-                node_pool=kit.make_node_pool(),
-                paid_replicas=2 * PER_NODE,
-            )
+            hot = _on_two_nodes(kit, state, rate, 180)
             assert hot.replicas >= 2 * PER_NODE, hot.reasons
     assert released > 0
 
 
 def test_no_node_release_before_the_stabilisation_window_is_recorded(kit: SimpleNamespace) -> None:
-    spec = kit.make_spec(**ONE_CONFIG)
     state = replace(settled_state(2 * PER_NODE, kit.batching(0)), history=())
     for rate in range(100, 1_600, 100):
-        d = decide(
-            spec,
-            state,
-            sig(float(rate), 120, ready=2 * PER_NODE),
-            NOW,
-            node_pool=kit.make_node_pool(),
-            paid_replicas=2 * PER_NODE,
-        )
+        d = _on_two_nodes(kit, state, float(rate))
         assert d.replicas == 2 * PER_NODE, d.reasons
 
 
@@ -748,7 +744,6 @@ def test_no_node_is_released_below_replicas_measured_too_few(kit: SimpleNamespac
     """A node goes only if the replicas left were never measured too few at a demand seen within the node
     lead; a dip of one tick below that demand does not count as evidence."""
     rate = _released_at(kit)
-    spec = kit.make_spec(**ONE_CONFIG)
     base = settled_state(2 * PER_NODE, kit.batching(0))
     assert base.latency_model is not None
     floor = replace(
@@ -758,39 +753,15 @@ def test_no_node_is_released_below_replicas_measured_too_few(kit: SimpleNamespac
         replace(e, rate_per_s=rate * 1.3 if e.time_s >= NOW - 150 else rate) for e in base.history
     )
     state = replace(base, latency_model=floor, history=busy_before)
-    kept = decide(
-        spec,
-        state,
-        sig(rate, 120, ready=2 * PER_NODE),
-        NOW,
-        node_pool=kit.make_node_pool(),
-        paid_replicas=2 * PER_NODE,
-    )
+    kept = _on_two_nodes(kit, state, rate)
     assert kept.replicas == 2 * PER_NODE, kept.reasons
     assert any(r.startswith(f"node kept: {PER_NODE} replicas were measured too few") for r in kept.reasons)
     # Measured over the objective's margin but within the target (150 ms): not evidence against a node.
     margin_only = replace(state, latency_model=replace(floor, floor_p99_ms=146.0))
-    assert any(
-        r.startswith("release a node")
-        for r in decide(
-            spec,
-            margin_only,
-            sig(rate, 120, ready=2 * PER_NODE),
-            NOW,
-            node_pool=kit.make_node_pool(),
-            paid_replicas=2 * PER_NODE,
-        ).reasons
-    )
+    assert any(r.startswith("release a node") for r in _on_two_nodes(kit, margin_only, rate).reasons)
     # Once the busiest demand within the node lead is clearly below the floor's, the evidence lapses.
     calm = replace(state, history=tuple(replace(e, rate_per_s=rate) for e in base.history))
-    gone = decide(
-        spec,
-        calm,
-        sig(rate, 120, ready=2 * PER_NODE),
-        NOW,
-        node_pool=kit.make_node_pool(),
-        paid_replicas=2 * PER_NODE,
-    )
+    gone = _on_two_nodes(kit, calm, rate)
     assert any(r.startswith("release a node") for r in gone.reasons), gone.reasons
     assert gone.latency_model.floor_replicas == 0
 

@@ -264,6 +264,7 @@ class _Tick:
         self.straggler = False
         self.max_batch = spec.model.max_batch_size
         self.floor_note = ""
+        self.floor_on = False  # the measured floor holds this tick (set by the scale-in stage)
         self.hold_left_s = 0.0
         self.hold_rate = math.nan  # a recurring level to keep capacity for (NaN: none); remember_level
         self.paid_replicas = paid_replicas
@@ -492,7 +493,7 @@ class _Tick:
         )
         r_strict = fewest_replicas(strict, cur_d, cur_k).replicas
         floor = self.model.floor_replicas
-        floor_active = self.floor_active()
+        floor_active = self.floor_on = self.floor_active()
         r_recur = 0
         if math.isfinite(self.hold_rate):
             r_recur = fewest_replicas(
@@ -854,9 +855,7 @@ class _Tick:
             ]
             m = self.model
             # Evidence against the release only if it missed the level a release is checked against.
-            measured_too_few = (
-                self.floor_active() and fewer < m.floor_replicas and m.floor_p99_ms > release_ms
-            )
+            measured_too_few = self.floor_on and fewer < m.floor_replicas and m.floor_p99_ms > release_ms
             if measured_too_few:
                 self.reasons.append(
                     f"node kept: {m.floor_replicas - 1} replicas were measured too few at "
