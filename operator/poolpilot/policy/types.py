@@ -94,8 +94,9 @@ class LatencyModel:
     # demand within the node reaction time comes near that rate.
     floor_replicas: int = 0
     floor_rate_per_s: float = math.nan
-    # The p99 measured then: a node release (checked against the target itself, not the objective's
-    # margin) counts the floor only if that measurement missed the target.
+    # The worst p99 measured at `floor_replicas` - 1 while the floor stands (a re-measurement takes the
+    # latest rate, not a milder p99): a node release (checked against the target itself, not the
+    # objective's margin) counts the floor only if it missed the target.
     floor_p99_ms: float = math.nan
     # Recurrence memory (`poolpilot.policy.demand.recurrence`): the busiest demand level reached, the
     # last time demand came within the scale-in headroom of it, and the longest gap after which it came
