@@ -88,6 +88,10 @@ def test_gpu_pods_are_scheduled_onto_kwok_nodes_at_loopback_ips(cluster: Control
     kube.apply(cp, gpu_node("gpu-1"))
     kube.wait_for(lambda: phases(cp, ns) == {"Running": 12}, "12 Running once a second node is there")
     assert {p["spec"]["nodeName"] for p in pods(cp, ns)} == {"gpu-0", "gpu-1"}
+    # Each pod its own address: an executor binds its pod IP, so a shared one leaves a pod unable to serve
+    # (kwok's first IP handed out twice: `KWOK_CONFIGURATION`).
+    ips_12 = [p["status"]["podIP"] for p in pods(cp, ns)]
+    assert len(set(ips_12)) == 12, sorted(ips_12)
 
 
 async def test_kwok_provider_provisions_after_the_lead_time_and_drains_before_deleting(

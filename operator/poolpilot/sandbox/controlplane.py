@@ -449,6 +449,32 @@ KWOK_POD_CIDR = "127.1.0.1/16"
 """kwok's pod CIDR before a sandbox claims its own (`PodCidrClaim`: the first free one from 127.2.0.0/16)."""
 
 
+KWOK_CONFIGURATION = """\
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  podPlayStageParallelism: 1
+  nodePlayStageParallelism: 4
+  nodeLeaseParallelism: 4
+  podsOnNodeSyncParallelism: 1
+  enablePodsOnNodeSyncListPager: true
+  enablePodsOnNodeSyncStreamWatch: false
+  enableDebuggingHandlers: true
+  enableContentionProfiling: false
+  enableProfilingHandler: true
+  manageAllNodes: false
+"""
+"""kwok's own options, written beside the stages into its `--config` (the command-line flags still win).
+
+kwok applies its defaults only when `--config` has no KwokConfiguration, so every option it defaults is given
+here with kwok v0.8.0's default value (`SetObjectDefaults_KwokConfiguration`), except one: a single pod stage
+worker, not 4. kwok creates the IP pool of a pod CIDR on first use with a load-then-store that is not atomic
+(`PodController.ipPool` in pkg/kwok/controllers/pod_controller.go), so two pods whose first stages render at
+once on a fresh kwok can each get a new pool and the same first address. Seen in CI: two pods of one
+Deployment at 127.2.0.2, the second executor unable to bind, the pool short of a replica. Pod stages are one
+status patch each; the sandbox's tens of pods do not need 4 workers."""
+
+
 class PodCidrClaim:
     """A loopback /16 for one sandbox's pod IPs, held by an exclusive lock for the control plane's life.
 
@@ -899,7 +925,7 @@ class ControlPlane:
             config = self.work_dir / "kwok-stages.yaml"
             from poolpilot.sandbox.podrunner import runner_stages
 
-            config.write_text(runner_stages(stages))
+            config.write_text(runner_stages(stages) + "---\n" + KWOK_CONFIGURATION)
             port = free_port()
             self.ports["kwok"] = port
             kwok = self._spawn(
