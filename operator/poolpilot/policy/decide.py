@@ -941,7 +941,7 @@ class _Tick:
         execution-bound (`execution_bound`), nor when the corrected model gains under 5 % from at least
         twice the ready replicas (a batcher that never idles gains little per replica until the
         per-replica gap outlasts an execution, then a lot: docs/policy.md) unless the measured mean
-        queue alone exceeds the objective: a queue is what replicas shorten, whatever the model says.
+        queue alone exceeds the target: a queue is what replicas shorten, whatever the model says.
         """
         p, R, measured = self.p, self.state.replicas, self.sig.p99_ms
         breach = (
@@ -962,7 +962,7 @@ class _Tick:
         if bound:
             self.floor_note = f"more replicas would not help ({bound})"
             return True, ratio, R
-        if self.queue_ms() <= self.target_ms and math.isfinite(p_now) and p_more > 0.95 * p_now:
+        if not self.queue_above(1.0) and math.isfinite(p_now) and p_more > 0.95 * p_now:
             self.floor_note = (
                 f"more replicas would not help (predicted {p_now:.0f} ms now, {p_more:.0f} ms at {probe})"
             )
@@ -985,7 +985,7 @@ class _Tick:
         floor, _ = self.predict(max(self.r_hi, 1), d, k, 0.0)
         if not (math.isfinite(floor) and floor > self.target_ms):
             return ""
-        if self.measured_queueing():
+        if self.queue_above(self.p.guard_queue_share):
             return ""
         queue_ms = self.queue_ms()
         return (
@@ -1000,10 +1000,11 @@ class _Tick:
         queue_us = self.sig.queue_time_us
         return queue_us / 1000.0 if _finite(queue_us) else math.inf
 
-    def measured_queueing(self) -> bool:
-        """Whether requests measurably queue (mean queue above `guard_queue_share` x target): then the
-        model's verdict that the objective is out of reach at any fleet size is not trusted."""
-        return self.queue_ms() > self.p.guard_queue_share * self.target_ms
+    def queue_above(self, share: float) -> bool:
+        """Whether the measured mean queue exceeds `share` x target: where requests queue, the model's
+        verdict that more replicas would not help is not trusted (the execution-bound rule yields at
+        `guard_queue_share`, the guard's 5 %-gain rule at the whole target)."""
+        return self.queue_ms() > share * self.target_ms
 
     def capacity_replicas(self, lam: float, d: int, k: int) -> int:
         """Fewest replicas within the utilisation cap alone (the objective set aside)."""
