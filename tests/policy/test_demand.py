@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -105,6 +104,10 @@ def test_what_the_measurement_window_covers_is_not_counted_twice() -> None:
 
 
 def _seen(mem: Recurrence, rate: float, at_s: float) -> Recurrence:
+    return _learn(mem, rate, at_s)[0]
+
+
+def _learn(mem: Recurrence, rate: float, at_s: float) -> tuple[Recurrence, float]:
     return recurrence(mem, rate, at_s, reaction_s=360.0, headroom=0.1, max_hold_s=3_600.0)
 
 
@@ -115,16 +118,20 @@ def test_demand_that_comes_back_after_a_trough_holds_capacity_through_troughs_th
     mem = _seen(mem, 200.0, 300.0)  # a trough: the level stays, nothing is learnt yet
     assert (mem.rate_per_s, mem.seen_s, mem.hold_s) == (1_000.0, 0.0, 0.0)
     assert not mem.holding(300.0)
-    back = _seen(mem, 950.0, 900.0)  # back within the 10 % headroom after 900 s below it
-    assert back.learnt_gap_s == pytest.approx(900.0) and back.hold_s == pytest.approx(900.0)
+    back, learnt_s = _learn(mem, 950.0, 900.0)  # back within the 10 % headroom after 900 s below it
+    assert learnt_s == pytest.approx(900.0) and back.hold_s == pytest.approx(900.0)
     trough = _seen(back, 200.0, 1_500.0)
     assert trough.holding(1_500.0) and trough.holding(1_800.0) and not trough.holding(1_801.0)
+    assert trough.hold_left_s(1_500.0) == pytest.approx(300.0)
+    # Held above the demand only while demand stays below the level by more than the headroom.
+    assert trough.holds_above(200.0, 1_500.0, 0.1) and not trough.holds_above(950.0, 1_500.0, 0.1)
+    assert not trough.holds_above(200.0, 1_801.0, 0.1)
 
 
 def test_a_gap_within_the_reaction_time_or_a_lower_level_teaches_no_hold() -> None:
     mem = _seen(Recurrence(math.nan, math.nan, 0.0), 1_000.0, 0.0)
     assert _seen(mem, 1_000.0, 300.0).hold_s == 0.0  # 300 s < 360 s: the node envelope's case
-    assert _seen(mem, 800.0, 900.0) == replace(mem, learnt_gap_s=0.0)  # a lower level is not the burst
+    assert _learn(mem, 800.0, 900.0) == (mem, 0.0)  # a lower level is not the burst
     higher = _seen(mem, 1_500.0, 60.0)
     assert higher.rate_per_s == 1_500.0 and higher.hold_s == 0.0  # the level rises at once
     assert _seen(mem, 1_000.0, 99_000.0).hold_s == 3_600.0  # capped: a day later is a new phase

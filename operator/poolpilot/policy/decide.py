@@ -265,8 +265,8 @@ class _Tick:
         self.max_batch = spec.model.max_batch_size
         self.floor_note = ""
         self.floor_on = False  # the measured floor holds this tick (set by the scale-in stage)
-        self.hold_left_s = 0.0
         self.hold_rate = math.nan  # a recurring level to keep capacity for (NaN: none); remember_level
+        self.recur = Recurrence(math.nan, math.nan, 0.0)  # the level memory after this tick's demand
         self.paid_replicas = paid_replicas
         # Until the forecast stage runs: demand now for every lever.
         self.fc = DemandForecast(self.lam, self.lam, self.lam, 0.0, self.lam)
@@ -493,7 +493,7 @@ class _Tick:
         )
         r_strict = fewest_replicas(strict, cur_d, cur_k).replicas
         floor = self.model.floor_replicas
-        floor_active = self.floor_on = self.floor_active()
+        self.floor_on = self.floor_holds()
         r_recur = 0
         if math.isfinite(self.hold_rate):
             r_recur = fewest_replicas(
@@ -501,7 +501,7 @@ class _Tick:
                 cur_d,
                 cur_k,
             ).replicas
-        stable_target = max(max(window), r_strict, floor if floor_active else 0, r_recur)
+        stable_target = max(max(window), r_strict, floor if self.floor_on else 0, r_recur)
         # Hysteresis (HPA's tolerance, on the way down only): a scale-in must remove a real share of the
         # fleet. One replica at a time, as the peak correction decays, is a creep that never settles.
         min_step = max(1, math.ceil(p.scale_in_tolerance * R))
@@ -527,7 +527,7 @@ class _Tick:
                 f"stabilisation (max recommendation in window {max(window)}, dead-band needs {r_strict})"
                 + (
                     f"; {floor - 1} were too few at {self.model.floor_rate_per_s:.0f}/s"
-                    if floor_active
+                    if self.floor_on
                     else ""
                 )
                 + (self.hold_note(r_recur) if r_recur >= target else "")
@@ -637,7 +637,7 @@ class _Tick:
                         f"{max(window)}, dead-band needs {r_strict})"
                         + (
                             f"; {floor - 1} replicas were too few at {self.model.floor_rate_per_s:.0f}/s"
-                            if floor_active and floor >= R
+                            if self.floor_on and floor >= R
                             else ""
                         )
                         + (self.hold_note(r_recur) if r_recur >= R else "")
@@ -752,19 +752,19 @@ class _Tick:
             # the pool above its need for as long as the load stays). It is about the ready ones: pods
             # still waiting for a node served nothing (found in the suite: 8 ready of 16 breached at
             # 1,105/s, nothing was recorded, and a scale-in to 8 ten minutes later breached again).
-            if not floor_active or serving + 1 >= floor:
+            if not self.floor_on or serving + 1 >= floor:
                 # Re-measured at the same count: the rate is the latest, the p99 the worst while the
                 # floor stands (a milder miss later must not erase one of the target itself: found in
                 # the suite, 8 ready missed 330 ms by up to 48 ms, a later 3 ms miss of the margin
                 # overwrote it, and the node that was to relieve them was released as it arrived).
-                worst = self.model.floor_p99_ms if floor_active and serving + 1 == floor else -math.inf
+                worst = self.model.floor_p99_ms if self.floor_on and serving + 1 == floor else -math.inf
                 self.model = replace(
                     self.model,
                     floor_replicas=serving + 1,
                     floor_rate_per_s=self.lam,
                     floor_p99_ms=max(measured, worst),
                 )
-        elif floor > 0 and (not floor_active or "batching" in actions):
+        elif floor > 0 and (not self.floor_on or "batching" in actions):
             # The evidence was about the running batching: a new setting starts without it.
             self.model = replace(
                 self.model, floor_replicas=0, floor_rate_per_s=math.nan, floor_p99_ms=math.nan
@@ -891,7 +891,7 @@ class _Tick:
         """Recurrence stage: update the level memory; hold capacity for it through a trough that is no
         longer than the longest gap after which demand has come back (`demand.recurrence`)."""
         m = self.model
-        mem = recurrence(
+        mem, learnt_gap_s = recurrence(
             Recurrence(m.burst_rate_per_s, m.burst_seen_s, m.burst_hold_s),
             self.lam,
             self.now,
@@ -902,14 +902,14 @@ class _Tick:
         self.model = replace(
             m, burst_rate_per_s=mem.rate_per_s, burst_seen_s=mem.seen_s, burst_hold_s=mem.hold_s
         )
-        if mem.learnt_gap_s > 0:
+        self.recur = mem
+        if learnt_gap_s > 0:
             self.reasons.append(
-                f"demand back at {mem.rate_per_s:.0f}/s after {mem.learnt_gap_s:.0f} s below it: capacity "
+                f"demand back at {mem.rate_per_s:.0f}/s after {learnt_gap_s:.0f} s below it: capacity "
                 "for it is now held through troughs that long"
             )
-        if mem.holding(self.now) and self.lam < mem.rate_per_s * (1.0 - self.p.scale_in_demand_headroom):
+        if mem.holds_above(self.lam, self.now, self.p.scale_in_demand_headroom):
             self.hold_rate = mem.rate_per_s
-            self.hold_left_s = mem.seen_s + mem.hold_s - self.now
 
     def hold_note(self, replicas: int) -> str:
         """The reason text of a scale-in the recurrence hold limits."""
@@ -917,10 +917,10 @@ class _Tick:
             return ""
         return (
             f"; {replicas} held for {self.hold_rate:.0f}/s, which demand has come back to after "
-            f"troughs this long (another {self.hold_left_s:.0f} s)"
+            f"troughs this long (another {self.recur.hold_left_s(self.now):.0f} s)"
         )
 
-    def floor_active(self) -> bool:
+    def floor_holds(self) -> bool:
         """Whether the measured floor (`LatencyModel.floor_replicas`) still holds.
 
         It holds while the busiest demand recorded within the node reaction time (what capacity given

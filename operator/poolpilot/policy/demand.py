@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from poolpilot.policy.types import HistoryEntry
 
@@ -137,11 +137,19 @@ class Recurrence:
     rate_per_s: float  # busiest level reached (NaN: none yet)
     seen_s: float  # last time demand came within the headroom of it (NaN: never)
     hold_s: float  # longest gap after which demand came back to it (0: never)
-    learnt_gap_s: float = 0.0  # the gap that came back this tick and lengthened the hold (0: none)
 
     def holding(self, now_s: float) -> bool:
         """Whether the level is still to be provisioned for: within the longest gap seen."""
         return self.hold_s > 0 and math.isfinite(self.seen_s) and now_s - self.seen_s <= self.hold_s
+
+    def holds_above(self, now_per_s: float, now_s: float, headroom: float) -> bool:
+        """Whether capacity is held for the level above the demand now: holding, and demand below it by
+        more than the headroom (within it, the demand itself asks for that capacity)."""
+        return self.holding(now_s) and now_per_s < self.rate_per_s * (1.0 - headroom)
+
+    def hold_left_s(self, now_s: float) -> float:
+        """How much longer the hold lasts."""
+        return self.seen_s + self.hold_s - now_s
 
 
 def recurrence(
@@ -152,8 +160,8 @@ def recurrence(
     reaction_s: float,
     headroom: float,
     max_hold_s: float,
-) -> Recurrence:
-    """Update the recurrence memory with the demand now.
+) -> tuple[Recurrence, float]:
+    """Update the recurrence memory with the demand now; also the gap learnt this tick (0: none).
 
     Demand within `headroom` of the level (or above it) refreshes it. Demand that comes back after
     staying below it for longer than the node `reaction_s` — long enough for capacity given back to
@@ -162,15 +170,15 @@ def recurrence(
     (a lower recurring level is a different load, and the hold only lengthens on evidence).
     """
     if not math.isfinite(now_per_s) or now_per_s <= 0:
-        return replace(memory, learnt_gap_s=0.0)
+        return memory, 0.0
     level = memory.rate_per_s if math.isfinite(memory.rate_per_s) else 0.0
     if now_per_s < level * (1.0 - headroom):
-        return replace(memory, learnt_gap_s=0.0)
+        return memory, 0.0
     gap = now_s - memory.seen_s if math.isfinite(memory.seen_s) else 0.0
     learnt = gap if gap > reaction_s and gap > memory.hold_s else 0.0
-    return Recurrence(
+    updated = Recurrence(
         rate_per_s=max(level, now_per_s),
         seen_s=now_s,
         hold_s=min(max_hold_s, max(memory.hold_s, learnt)),
-        learnt_gap_s=min(max_hold_s, learnt),
     )
+    return updated, min(max_hold_s, learnt)
