@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,13 @@ from poolpilot.sim.engine import (
 from poolpilot.sim.params import SimParams
 from poolpilot.sim.protocol import Action, Observation
 from poolpilot.sim.run import simulate
-from poolpilot.sim.signals import ROUTER_BUCKETS_MS, PromStore, ScrapeSample, histogram_quantile
+from poolpilot.sim.signals import (
+    ROUTER_BUCKETS_MS,
+    PromStore,
+    ScrapeSample,
+    histogram_quantile,
+    router_buckets_ms,
+)
 
 
 def poisson_trace(rate_per_s: float, duration_s: float, seed: int = 1, tokens: int = 500) -> Trace:
@@ -309,3 +316,24 @@ def test_policy_can_be_given_per_pod_summaries() -> None:
     assert all(params.curve_ms(1) <= v < 1000 for v in p99s)
     with pytest.raises(ValueError, match="p99_source"):
         SimParams(p99_source="mean")  # type: ignore[arg-type]
+
+
+def test_router_buckets_keep_their_resolution_around_any_objective() -> None:
+    """The 150 ms layout scaled to the objective: a 400 ms p99 is read between 373 and 400 ms buckets,
+    not interpolated across 300–400 ms (which read a true 385 ms as 395 ms in the suite)."""
+    assert router_buckets_ms(150.0) == ROUTER_BUCKETS_MS
+    at_400 = router_buckets_ms(400.0)
+    assert len(at_400) == len(ROUTER_BUCKETS_MS)
+    assert 400.0 in at_400
+    near = [b for b in at_400 if 300.0 <= b <= 500.0]
+    assert max(hi / lo for lo, hi in itertools.pairwise(near)) < 1.15
+    store = PromStore(window_s=60.0, buckets_ms=at_400)
+    i = at_400.index(400.0)
+    # Cumulative counts: 985 requests at or under the bucket below 400 ms, the last 15 in the next one.
+    cum = [0.0] * (i - 1) + [985.0] + [1000.0] * (len(at_400) - i + 1)
+    for t, scale in ((30.0, 0.0), (75.0, 1.0)):
+        store.add(replace(_sample(t, 1000.0 * scale, 0.0), hist=tuple(c * scale for c in cum)))
+    assert at_400[i - 1] < store.signals(75.0).p99_ms <= 400.0
+    for bad in (0.0, -1.0, math.nan):
+        with pytest.raises(ValueError, match="slo_ms"):
+            router_buckets_ms(bad)

@@ -172,3 +172,19 @@ def test_bench_rejects_bad_input_naming_it(tmp_path: Path, capsys: pytest.Captur
     assert "unknown scenario 'nope'" in capsys.readouterr().err
     assert bench.main(parser.parse_args(["--trace", str(tmp_path / "missing.csv")])) == 2
     assert "--trace" in capsys.readouterr().err
+
+
+def test_suite_rerun_names_an_unknown_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--rerun` (which policies a `--reuse` loop runs again) rejects a name that is no policy, naming it."""
+    import argparse
+
+    from poolpilot.sim import bench
+
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    dirs = ["--reuse", str(tmp_path / "a"), "--cache-dir", str(tmp_path / "b")]
+    args = parser.parse_args(["--suite", "generalize", *dirs, "--rerun", "poolpilot", "nope"])
+    assert bench.main(args) == 2
+    err = capsys.readouterr().err
+    assert "--rerun: unknown nope" in err and "aimd" in err
+    assert not (tmp_path / "b").exists()  # nothing run, nothing written

@@ -299,6 +299,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(a policy change moves none of them)",
     )
     suite.add_argument(
+        "--rerun",
+        nargs="+",
+        metavar="POLICY",
+        default=["poolpilot"],
+        help="suite with --reuse: the policies run again (default: poolpilot; a change to what the "
+        "controllers observe moves every one that reads the p99 signal: poolpilot aimd)",
+    )
+    suite.add_argument(
         "--report-only", action="store_true", help="suite: report the cached scenarios, run nothing"
     )
     suite.add_argument(

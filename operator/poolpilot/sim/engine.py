@@ -44,7 +44,13 @@ from poolpilot.loads import Trace
 from poolpilot.policy.types import BatchingConfig
 from poolpilot.sim.params import SimParams
 from poolpilot.sim.protocol import Action, Controller, Observation
-from poolpilot.sim.signals import ROUTER_BUCKETS_MS, PromStore, ScrapeSample, histogram_quantile
+from poolpilot.sim.signals import (
+    ROUTER_BUCKETS_MS,
+    PromStore,
+    ScrapeSample,
+    histogram_quantile,
+    router_buckets_ms,
+)
 from poolpilot.triton.batcher import BatcherConfig, BatchQueue, QueuePolicy
 
 # Request status codes in `EngineOutput.status`.
@@ -294,7 +300,13 @@ class FleetEngine:
         rej_t: list[float] = []
         rej_kind: list[int] = []
         cnt = _Counters()
-        store = PromStore(window_s=p.rate_window_s, quantile=p.latency_quantile, p99_source=p.p99_source)
+        router_bounds_ms = router_buckets_ms(p.slo_ms)
+        store = PromStore(
+            window_s=p.rate_window_s,
+            quantile=p.latency_quantile,
+            p99_source=p.p99_source,
+            buckets_ms=router_bounds_ms,
+        )
         self.store = store
 
         pods: list[_Pod] = []
@@ -465,8 +477,8 @@ class FleetEngine:
                 "rejected",
             )
         }
-        bounds = np.asarray(ROUTER_BUCKETS_MS)
-        nb = len(ROUTER_BUCKETS_MS) + 1
+        bounds = np.asarray(router_bounds_ms)
+        nb = len(router_bounds_ms) + 1
         rej_scraped = [0]
 
         def scrape(now: float, ai: int) -> None:
@@ -537,7 +549,7 @@ class FleetEngine:
             win = store.window(now)
             if len(win) >= 2:
                 sig_p99 = histogram_quantile(
-                    p.latency_quantile, ROUTER_BUCKETS_MS, np.asarray(win[-1].hist) - np.asarray(win[0].hist)
+                    p.latency_quantile, router_bounds_ms, np.asarray(win[-1].hist) - np.asarray(win[0].hist)
                 )
             dt = now - t_prev
             series["t_s"].append(now)

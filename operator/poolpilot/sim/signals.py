@@ -42,11 +42,26 @@ from poolpilot.policy.types import Signals
 
 P99Source = Literal["router_histogram", "pod_summary_max"]
 
-# Router histogram buckets (ms, `le`), dense around a 150 ms objective; +Inf is implicit.
+# Router histogram buckets (ms, `le`) for a 150 ms objective, dense around it; +Inf is implicit.
 ROUTER_BUCKETS_MS: tuple[float, ...] = (
     10.0, 25.0, 50.0, 75.0, 100.0, 110.0, 120.0, 130.0, 140.0, 150.0, 160.0, 175.0, 200.0,
     250.0, 300.0, 400.0, 500.0, 750.0, 1000.0, 2500.0, 5000.0, 10000.0,
 )  # fmt: skip
+_BUCKET_LAYOUT_SLO_MS = 150.0
+
+
+def router_buckets_ms(slo_ms: float) -> tuple[float, ...]:
+    """The router's buckets for an objective of `slo_ms`: the 150 ms layout scaled to it.
+
+    Why: a histogram resolves a quantile only to its bucket width, and a platform team sets the router's
+    buckets around its own objective (docs/operations.md). Fixed 150 ms buckets read a 388 ms p99 by
+    linear interpolation inside 300–400 ms: found in the suite, 385 ms read as 395 ms, a miss that
+    never was. Scaled, every objective gets the same relative resolution (±3 % near it).
+    """
+    if not (math.isfinite(slo_ms) and slo_ms > 0):
+        raise ValueError(f"slo_ms must be a positive number, got {slo_ms!r}")
+    scale = slo_ms / _BUCKET_LAYOUT_SLO_MS
+    return tuple(round(b * scale, 3) for b in ROUTER_BUCKETS_MS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +82,7 @@ class ScrapeSample:
     pending: float
     gpu_util: float  # mean over ready pods of the busy fraction since the previous scrape; NaN if none
     ready_replicas: int
-    hist: tuple[float, ...]  # cumulative count per bucket of ROUTER_BUCKETS_MS, then +Inf
+    hist: tuple[float, ...]  # cumulative count per router bucket (`router_buckets_ms`), then +Inf
     # max over pods of the per-pod summary quantile (60 s window), what
     # `max(nv_inference_request_summary_us{quantile="0.99"})` gives; NaN when no pod has data, and
     # not computed (NaN) unless SimParams.p99_source is "pod_summary_max" (summaries are off by default).
@@ -99,13 +114,19 @@ class PromStore:
     """The scraped time series of one pool, queried like the operator's PromQL."""
 
     def __init__(
-        self, *, window_s: float = 60.0, quantile: float = 0.99, p99_source: P99Source = "router_histogram"
+        self,
+        *,
+        window_s: float = 60.0,
+        quantile: float = 0.99,
+        p99_source: P99Source = "router_histogram",
+        buckets_ms: tuple[float, ...] = ROUTER_BUCKETS_MS,
     ) -> None:
         if p99_source not in ("router_histogram", "pod_summary_max"):
             raise ValueError(f"p99_source must be router_histogram or pod_summary_max, got {p99_source!r}")
         self.window_s = window_s
         self.quantile = quantile
         self.p99_source = p99_source
+        self.buckets_ms = buckets_ms
         self.samples: list[ScrapeSample] = []
         self._times: list[float] = []
 
@@ -145,7 +166,7 @@ class PromStore:
         if self.p99_source == "pod_summary_max":
             p99 = last.summary_p99_max_ms
         else:
-            p99 = histogram_quantile(self.quantile, ROUTER_BUCKETS_MS, buckets)
+            p99 = histogram_quantile(self.quantile, self.buckets_ms, buckets)
         return Signals(
             p99_ms=p99,
             request_rate_per_s=(succ + d("rejected")) / span,

@@ -555,6 +555,14 @@ def main(args: Any) -> int:
         print(line, flush=True)
 
     reuse_dir = getattr(args, "reuse", None)
+    unknown = sorted(set(getattr(args, "rerun", None) or ()) - set(default_policies()))
+    if unknown:
+        print(
+            f"poolpilot bench: error: --rerun: unknown {', '.join(unknown)} "
+            f"(one of {', '.join(default_policies())})",
+            file=sys.stderr,
+        )
+        return 2
     if reuse_dir is not None and reuse_dir.resolve() == cache_dir.resolve():
         print("poolpilot bench: error: --reuse must name another folder than --cache-dir", file=sys.stderr)
         return 2
@@ -574,7 +582,7 @@ def main(args: Any) -> int:
             policies=default_policies(),
             jobs=jobs,
             out=out,
-            rerun=(POOLPILOT,),
+            rerun=tuple(getattr(args, "rerun", None) or (POOLPILOT,)),
             reuse_dir=reuse_dir,
         )
     wall = time.perf_counter() - t0
