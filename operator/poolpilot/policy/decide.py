@@ -647,7 +647,7 @@ class _Tick:
         min_step = max(1, math.ceil(p.scale_in_tolerance * R))
         within_tolerance = R - min_step < stable_target < R
         # A scale-in waits until a new batching setting has been measured: its saving was a prediction.
-        unmeasured = _since(self.now, state.last_batching_change_s) < p.settle_s
+        unmeasured = f.since_change_s < p.settle_s
         go = (
             stable_target < R
             and not within_tolerance
@@ -807,8 +807,7 @@ class _Tick:
             self.reasons.append("scale in deferred: batching changes this tick")
         elif gate.unmeasured:
             self.reasons.append(
-                f"scale in deferred: batching changed "
-                f"{_since(self.now, self.state.last_batching_change_s):.0f} s ago, not yet measured"
+                f"scale in deferred: batching changed {f.since_change_s:.0f} s ago, not yet measured"
             )
         elif gate.within_tolerance and gate.window_max < R and gate.r_strict < R:
             self.reasons.append(
