@@ -44,8 +44,12 @@ class PolicyParams:
     earlier M/M/1-style busy probability scaled by the arrivals' CV²)."""
 
     correction_alpha: float = 0.3
-    """EWMA weight of a new measured-vs-predicted p99 in the correction (0.3: about 3 ticks of memory, so
-    one noisy p99 window moves the plan by a third of its error, not all of it)."""
+    """EWMA weight of each tick's measured-vs-predicted p99 in the correction (about 3 ticks of memory).
+
+    The p99 is a 60 s window read every tick, so at 15 s ticks one window's error is read four times and
+    moves the correction by up to 1 - 0.7^4 = 76 %, not 30 %. Weighting each reading by its new data only
+    (30 % per window) was measured and lost windows (docs/generalization.md): the fast absorption is what
+    holds capacity after a burst, so it stays, stated as it is."""
     correction_mode: Literal["additive", "multiplicative"] = "additive"
     """"additive": measured − predicted p99 is added to every prediction (default; the unmodelled tail is a
     straggler floor that more replicas do not remove); "multiplicative": measured / predicted scales it."""
