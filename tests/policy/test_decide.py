@@ -839,3 +839,16 @@ def test_the_objective_alone_sizes_the_fleet_unless_a_utilisation_cap_is_set(kit
     rates = range(200, 4_000, 200)
     assert all(_fleet_need(default, r) <= _fleet_need(capped, r) for r in rates)
     assert any(_fleet_need(default, r) < _fleet_need(capped, r) for r in rates)
+
+
+def test_the_straggler_spread_is_measured_only_where_requests_run_alone(kit: SimpleNamespace) -> None:
+    """Requests alone (mean batch 1) and not queueing: the p99 above the mean execution and queue is one
+    request's own spread, learnt at the correction's weight. A queue or batches make it something else."""
+    spec, state = kit.make_spec(), settled_state(8, kit.batching(0))
+    alone = sig(20, 190, ready=8, avg_batch_size=1.0, compute_us_per_exec=70_000.0, queue_time_us=500.0)
+    model = decide(spec, state, alone, NOW).latency_model
+    assert model is not None
+    assert model.spread_ms == pytest.approx(PolicyParams().correction_alpha * (190 - 70 - 0.5))
+    for other in ({"queue_time_us": 20_000.0}, {"avg_batch_size": 3.0}):
+        model = decide(spec, state, replace(alone, **other), NOW).latency_model
+        assert model is not None and model.spread_ms == 0.0, other

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 from dataclasses import replace
@@ -17,9 +18,11 @@ from poolpilot.policy.model import (
     pessimistic,
     prior_model,
     scale_in_correction,
+    straggler_share,
     with_correction,
     with_offset,
 )
+from poolpilot.policy.types import LatencyModel
 
 PARAMS = PolicyParams()
 POISSON = PolicyParams(router="random", instance_slowdown=0.0)
@@ -163,8 +166,15 @@ def test_estimate_tracks_a_batcher_simulation(rate_per_s: float, delay_ms: float
 
 def _prior_p99(rate_per_s: float, delay_us: int, k: int, max_batch: int, replicas: int) -> float:
     """The prior model's p99 for one replica's share of the load (requests of one item)."""
+    return _p99(prior_model(PARAMS), rate_per_s, delay_us, k, max_batch, replicas)
+
+
+def _p99(
+    m: LatencyModel, rate_per_s: float, delay_us: int = 0, k: int = 1, max_batch: int = 64, replicas: int = 1
+) -> float:
+    """A model's p99 for one replica's share of the load (requests of one item)."""
     return estimate(
-        prior_model(PARAMS),
+        m,
         rate_per_s=rate_per_s,
         max_queue_delay_us=delay_us,
         instance_count=k,
@@ -217,3 +227,20 @@ def test_the_measured_tail_transfers_across_instance_counts_with_their_slowdown(
     assert instance_offset_scale(1, 1, PARAMS) == 1.0
     assert corrected(m, 50.0, instance_offset_scale(2, 1, PARAMS)) == pytest.approx(50.0 + 100.0 * (1 + s))
     assert corrected(m, 50.0, instance_offset_scale(1, 2, PARAMS)) == pytest.approx(50.0 + 100.0 / (1 + s))
+
+
+def test_straggler_share_is_the_expected_longest_of_a_batch_for_an_exponential_tail() -> None:
+    """0 for a request alone; for B exponential costs the longest lies H_B - 1 means above the mean, the
+    p99 ln(100) - 1 above it: the share is their ratio (within 2 %, H_B exact)."""
+    assert straggler_share(1.0) == 0.0
+    for b in (2, 4, 8, 16, 32, 64):
+        h_b = sum(1.0 / i for i in range(1, b + 1))
+        assert straggler_share(float(b)) == pytest.approx((h_b - 1.0) / (math.log(100.0) - 1.0), rel=0.02)
+
+
+def test_the_spread_leaves_a_lone_request_alone_and_lowers_the_capacity_of_big_batches() -> None:
+    plain = prior_model(PARAMS)
+    spread = replace(plain, spread_ms=120.0)
+    assert _p99(spread, 0.5, replicas=8) == pytest.approx(_p99(plain, 0.5, replicas=8), abs=0.5)
+    assert _p99(spread, 150.0, replicas=8) > _p99(plain, 150.0, replicas=8) + 30.0
+    assert math.isinf(_p99(spread, 300.0, replicas=8)) and math.isfinite(_p99(plain, 300.0, replicas=8))

@@ -52,6 +52,7 @@ def test_a_learned_state_round_trips() -> None:
         floor_rate_per_s=412.0,
         offset_ms=17.5,
         offset_peak_ms=math.nan,
+        spread_ms=118.5,
         tabu=((5000, 1, 1.8e9 + 21600.0), (10000, 2, 1.8e9 + 25000.0)),
     )
     state = PoolState(

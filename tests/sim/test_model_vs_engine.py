@@ -8,13 +8,16 @@ off here: what is left of the engine's tail is the batcher's own, which is what 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from poolpilot.policy.model import estimate, prior_model
+from poolpilot.gpucurve import GpuCurve
+from poolpilot.policy.model import estimate, prior_model, straggler_share
 from poolpilot.policy.params import PolicyParams
 from poolpilot.policy.types import BatchingConfig
 from poolpilot.sim.oracle import evaluate_fleet, poisson_load
 from poolpilot.sim.params import SimParams
+from poolpilot.sim.suite_load import draw_tokens
 
 SIM = SimParams(token_mode="none")
 
@@ -62,3 +65,22 @@ def test_the_cliff_is_where_the_engine_has_it() -> None:
     # The earlier (Erlang) wait model did not: it put both sides within 20 % of each other.
     old = PolicyParams(wait_model="erlang")
     assert _model_p99(16, 25, 0, old) < 1.2 * _model_p99(16, 10, 0, old)
+
+
+def test_a_line_fitted_alone_plus_the_straggler_prices_a_padded_batch_of_long_prompts() -> None:
+    """The suite's long-prompt plant charges a batch for its longest request (`gpucurve`). The line fitted
+    at batch 1 (mean cost in its intercept, the prior's slope) is 1.7x optimistic at batch 29; with the
+    spread measured at batch 1 (p99 minus mean of one request's cost) the model is within 6 % up to 32."""
+    rng = np.random.default_rng(7)
+    context, generated = draw_tokens(rng, "long-prompt", 100_000, None)
+    curve = GpuCurve(a_ms=40.6, b_ms=1.811, token_ms_per_1k=29.62)
+    excess = np.maximum(context + generated - curve.token_ref, 0) * curve.token_ms_per_1k / 1000.0
+    alone = curve.a_ms + curve.b_ms + float(excess.mean())
+    spread = float(np.percentile(excess, 99) - excess.mean())
+    a_line, b_line = alone - PolicyParams().prior_b_ms, PolicyParams().prior_b_ms
+    for b in (2, 4, 8, 16, 29, 32):
+        batches = excess[rng.integers(0, len(excess), (10_000, b))]
+        true_ms = curve.a_ms + curve.b_ms * b + float(batches.max(axis=1).mean())
+        assert a_line + b_line * b + spread * straggler_share(float(b)) == pytest.approx(true_ms, rel=0.06)
+        if b == 29:
+            assert 1.6 * (a_line + b_line * b) < true_ms  # the line alone

@@ -38,6 +38,7 @@ from poolpilot.policy.model import (
     observe,
     pessimistic,
     prior_model,
+    straggler_share,
     with_correction,
     with_offset,
     with_spec_prior,
@@ -360,10 +361,12 @@ class _Tick:
         fit_ok = settled and _finite(s.avg_batch_size) and _finite(s.compute_us_per_exec)
         if fit_ok and s.avg_batch_size >= 1 and s.compute_us_per_exec > 0:
             here = self.estimate_running(self.model)
+            # The line is what the batch costs without its wait for the longest request (`core`).
+            straggler_ms = self.model.spread_ms * straggler_share(s.avg_batch_size) * here.slowdown
             self.model = observe(
                 self.model,
                 batch_items=s.avg_batch_size,
-                compute_ms=s.compute_us_per_exec / 1000.0,
+                compute_ms=max(s.compute_us_per_exec / 1000.0 - straggler_ms, 0.0),
                 slowdown=here.slowdown,
                 params=p,
             )
@@ -372,6 +375,7 @@ class _Tick:
             return
         if self.requests_in_window < p.min_requests_for_p99:
             return
+        self.learn_spread()
         est = self.estimate_running(self.model)
         if not (math.isfinite(est.p99_ms) and est.p99_ms > 0):
             return
@@ -396,6 +400,22 @@ class _Tick:
             self.reasons.append(
                 f"stragglers: p99 is {sr:.1f}x the model's while mean execution and queue time match it"
             )
+
+    def learn_spread(self) -> None:
+        """Measure the straggler spread (`LatencyModel.spread_ms`) where requests run alone and do not
+        queue: there a request's latency is its own execution, so the p99 above the mean execution and
+        queue is the spread of one request's cost (long prompts: ~120 ms where the mean is ~70 ms)."""
+        s, p = self.sig, self.p
+        if not (_finite(s.avg_batch_size) and _finite(s.compute_us_per_exec) and _finite(s.queue_time_us)):
+            return
+        compute_ms, queue_ms = s.compute_us_per_exec / 1000.0, s.queue_time_us / 1000.0
+        if s.avg_batch_size > p.spread_max_batch or queue_ms > p.spread_max_queue_share * compute_ms:
+            return
+        if self.delay_matters(self.running.max_queue_delay_us, s.p99_ms):
+            return
+        obs = max(0.0, s.p99_ms - compute_ms - queue_ms)
+        al = p.correction_alpha
+        self.model = replace(self.model, spread_ms=(1 - al) * self.model.spread_ms + al * obs)
 
     def capacity_steady(self) -> bool:
         """Whether the ready replicas have been what they are now for `settle_s` (as recorded each tick).

@@ -50,6 +50,12 @@ class PolicyParams:
     moves the correction by up to 1 - 0.7^4 = 76 %, not 30 %. Weighting each reading by its new data only
     (30 % per window) was measured and lost windows (docs/generalization.md): the fast absorption is what
     holds capacity after a burst, so it stays, stated as it is."""
+    spread_max_batch: float = 1.25
+    """The straggler spread (`LatencyModel.spread_ms`) is measured only where requests run alone: mean
+    batch within 25 % of one request, so the p99 is one request's execution, not a batch's."""
+    spread_max_queue_share: float = 0.05
+    """... and barely queue (mean queue under 5 % of the execution), so the p99 above the mean is the
+    execution's own spread, not a wait."""
     correction_mode: Literal["additive", "multiplicative"] = "additive"
     """"additive": measured − predicted p99 is added to every prediction (default; the unmodelled tail is a
     straggler floor that more replicas do not remove); "multiplicative": measured / predicted scales it."""

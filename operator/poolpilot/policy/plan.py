@@ -63,6 +63,7 @@ def predict(prob: Problem, replicas: int, delay_us: int, instances: int) -> tupl
         arrival_cv2(prob.params, replicas),
         prob.params.instance_slowdown,
         prob.params.wait_model == "renewal",
+        m.spread_ms,
     )
     return corrected(m, p99, instance_offset_scale(instances, prob.running_instances, prob.params)), util
 

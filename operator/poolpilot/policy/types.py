@@ -111,6 +111,10 @@ class LatencyModel:
     # decaying like `correction_peak` (NaN = none yet).
     offset_ms: float = 0.0
     offset_peak_ms: float = math.nan
+    # Straggler spread (ms): p99 minus mean of one request's execution, measured where requests run alone
+    # and do not queue. A batch waits for its longest request, so a batch of B costs more than the line
+    # by the expected maximum of B such costs (`model.straggler_share`); 0 = none measured.
+    spread_ms: float = 0.0
     # A batching setting (delay µs, instances) adopted for a saving that then missed the objective is
     # not proposed again before its until_s (the model was wrong about it; see docs/policy.md).
     # Entries (delay µs, instances, until_s), newest last, at most `PolicyParams.tabu_max_entries`.
