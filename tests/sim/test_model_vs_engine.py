@@ -73,14 +73,14 @@ def test_a_line_fitted_alone_plus_the_straggler_prices_a_padded_batch_of_long_pr
     spread measured at batch 1 (p99 minus mean of one request's cost) the model is within 6 % up to 32."""
     rng = np.random.default_rng(7)
     context, generated = draw_tokens(rng, "long-prompt", 100_000, None)
+    tokens = context + generated
     curve = GpuCurve(a_ms=40.6, b_ms=1.811, token_ms_per_1k=29.62)
-    excess = np.maximum(context + generated - curve.token_ref, 0) * curve.token_ms_per_1k / 1000.0
-    alone = curve.a_ms + curve.b_ms + float(excess.mean())
-    spread = float(np.percentile(excess, 99) - excess.mean())
+    one = np.array([curve.batch_ms(1, int(t)) for t in tokens])  # each request run alone
+    alone, spread = float(one.mean()), float(np.percentile(one, 99) - one.mean())
     a_line, b_line = alone - PolicyParams().prior_b_ms, PolicyParams().prior_b_ms
     for b in (2, 4, 8, 16, 29, 32):
-        batches = excess[rng.integers(0, len(excess), (10_000, b))]
-        true_ms = curve.a_ms + curve.b_ms * b + float(batches.max(axis=1).mean())
+        longest = tokens[rng.integers(0, len(tokens), (10_000, b))].max(axis=1)
+        true_ms = float(np.mean([curve.batch_ms(b, int(t)) for t in longest]))
         assert a_line + b_line * b + spread * straggler_share(float(b)) == pytest.approx(true_ms, rel=0.06)
         if b == 29:
             assert 1.6 * (a_line + b_line * b) < true_ms  # the line alone
