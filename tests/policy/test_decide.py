@@ -23,6 +23,7 @@ from poolpilot.policy import (
     decide,
 )
 from poolpilot.policy.model import observe, prior_model
+from poolpilot.policy.types import CurvePoint
 
 NOW = 10_000.0
 # Batching pinned to one setting, for rows about replicas only.
@@ -253,9 +254,10 @@ def test_steady_pool_makes_no_change_and_says_why(kit: SimpleNamespace) -> None:
     assert s.p99_ms <= 150
 
 
-def _straggling(kit: SimpleNamespace, spec: Any, state: PoolState) -> tuple[Decision, PoolState]:
-    """20 ticks of a pool whose p99 is far above the model while mean execution and queueing match it."""
-    d = None
+def _straggling(kit: SimpleNamespace, spec: Any, state: PoolState) -> tuple[list[str], PoolState]:
+    """20 ticks of a pool whose p99 is far above the model while mean execution and queueing match it:
+    every reason given on the way, and the state at the end."""
+    reasons: list[str] = []
     for i in range(20):
         t = NOW + 15 * i
         # 2 req/s per replica: the model expects ~57 ms (no queueing), the pool measures 145 ms.
@@ -263,16 +265,16 @@ def _straggling(kit: SimpleNamespace, spec: Any, state: PoolState) -> tuple[Deci
             20, 145, ready=state.replicas, avg_batch_size=1.0, compute_us_per_exec=52_190.0, queue_time_us=0.0
         )
         d = decide(spec, state, s, t)
+        reasons.extend(d.reasons)
         state = advance(state, d, t)
-    assert d is not None
-    return d, state
+    return reasons, state
 
 
 def test_stragglers_get_a_queue_timeout_where_the_spec_allows_shedding(kit: SimpleNamespace) -> None:
     """`shedding: Hopeless`: a queue timeout past which a queued request cannot meet the objective."""
     spec = kit.make_spec(batching={"queuePolicy": {"shedding": "Hopeless"}})
-    d, state = _straggling(kit, spec, settled_state(10, kit.batching(0)))
-    assert any(r.startswith("stragglers: p99 is") for r in d.reasons), d.reasons
+    reasons, state = _straggling(kit, spec, settled_state(10, kit.batching(0)))
+    assert any(r.startswith("stragglers: p99 is") for r in reasons), reasons
     assert state.batching.queue_timeout_us is not None
     assert 0 < state.batching.queue_timeout_us < 150_000
 
@@ -282,8 +284,8 @@ def test_without_shedding_stragglers_never_get_a_timeout_and_one_running_is_remo
 ) -> None:
     """The default (`shedding: Off`): no request is rejected that the spec did not allow to shed."""
     spec = kit.make_spec()
-    d, state = _straggling(kit, spec, settled_state(10, kit.batching(0)))
-    assert any(r.startswith("stragglers: p99 is") for r in d.reasons), d.reasons
+    reasons, state = _straggling(kit, spec, settled_state(10, kit.batching(0)))
+    assert any(r.startswith("stragglers: p99 is") for r in reasons), reasons
     assert state.batching.queue_timeout_us is None
     # A timeout left on the pods (set under `Hopeless`, then the spec changed) goes at once.
     running = replace(kit.batching(0), queue_timeout_us=80_000)
@@ -852,3 +854,26 @@ def test_the_straggler_spread_is_measured_only_where_requests_run_alone(kit: Sim
     for other in ({"queue_time_us": 20_000.0}, {"avg_batch_size": 3.0}):
         model = decide(spec, state, replace(alone, **other), NOW).latency_model
         assert model is not None and model.spread_ms == 0.0, other
+
+
+def test_the_pool_measured_meeting_the_objective_overrules_a_pessimistic_model(kit: SimpleNamespace) -> None:
+    """The model's tail (+40 ms) holds 16 replicas; the pool has measured 8 meeting the objective at 90/s
+    each (110 ms ± 2 over 8 readings). Demand is 720/s: the measurement, not the model, sizes the pool —
+    9, because the evidence must also cover 10 % more demand (the headroom a scale-in is checked at),
+    which is beyond what 8 were measured at — and says so."""
+    spec = kit.make_spec(replicas={"min": 1, "max": 64}, **ONE_CONFIG)
+    base = settled_state(16, kit.batching(0), need=8)
+    assert base.latency_model is not None
+    pessimistic = replace(base.latency_model, offset_ms=40.0)
+    met: CurvePoint = (90.0, 110.0, 4.0, NOW - 60, 8, 8)
+
+    def run(*curve: CurvePoint) -> Decision:
+        state = replace(base, latency_model=replace(pessimistic, p99_curve=curve))
+        return decide(spec, state, sig(720, 110, ready=16), NOW)
+
+    assert run().replicas == 16
+    measured = run(met)
+    assert measured.actions == ("scale",) and measured.replicas == 9, measured.reasons
+    assert any(r.startswith("measured: 9 replicas meet the objective at 720/s") for r in measured.reasons)
+    # A miss measured at less load per replica says the meet was a lucky draw: the model decides.
+    assert run((60.0, 150.0, 0.0, NOW - 60, 8, 8), met).replicas == 16

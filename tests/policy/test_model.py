@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from poolpilot.policy import PolicyParams
 from poolpilot.policy.model import (
+    curve_level,
     estimate,
     observe,
     pessimistic,
@@ -20,6 +21,7 @@ from poolpilot.policy.model import (
     scale_in_correction,
     straggler_share,
     with_correction,
+    with_measured_p99,
     with_offset,
 )
 from poolpilot.policy.types import LatencyModel
@@ -244,3 +246,24 @@ def test_the_spread_leaves_a_lone_request_alone_and_lowers_the_capacity_of_big_b
     assert _p99(spread, 0.5, replicas=8) == pytest.approx(_p99(plain, 0.5, replicas=8), abs=0.5)
     assert _p99(spread, 150.0, replicas=8) > _p99(plain, 150.0, replicas=8) + 30.0
     assert math.isinf(_p99(spread, 300.0, replicas=8)) and math.isfinite(_p99(plain, 300.0, replicas=8))
+
+
+def test_the_measured_curve_keeps_one_point_per_load_band_with_the_spread_of_its_readings() -> None:
+    m = prior_model(PARAMS)
+    for i, p99 in enumerate((100.0, 120.0, 100.0, 120.0)):
+        m = with_measured_p99(m, 10.0 + 0.1 * i, p99, PARAMS, now_s=15.0 * i, replicas=8)
+    (point,) = m.p99_curve
+    _, mean, var, seen_s, replicas, readings = point
+    assert (readings, seen_s, replicas) == (4, 45.0, 8)
+    assert 100.0 < mean < 120.0 and var > 0.0
+    assert curve_level(point, 2.0) == pytest.approx(mean + 2.0 * math.sqrt(var))
+    # 30 % more load per replica is another operating point; the curve stays ascending in load.
+    m = with_measured_p99(m, 13.0, 150.0, PARAMS, now_s=60.0, replicas=16)
+    assert [round(p[0]) for p in m.p99_curve] == [10, 13]
+    assert m.p99_curve[1][1:] == (150.0, 0.0, 60.0, 16, 1)
+    # A point not measured for `curve_max_age_s` leaves; beyond the bound the least recent leaves.
+    later = with_measured_p99(m, 30.0, 200.0, PARAMS, now_s=45.0 + PARAMS.curve_max_age_s + 1, replicas=8)
+    assert [round(p[0]) for p in later.p99_curve] == [13, 30]
+    one = replace(PARAMS, curve_max_entries=1)
+    bounded = with_measured_p99(m, 30.0, 200.0, one, now_s=75.0, replicas=8)
+    assert [round(p[0]) for p in bounded.p99_curve] == [30]

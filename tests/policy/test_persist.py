@@ -53,6 +53,7 @@ def test_a_learned_state_round_trips() -> None:
         offset_ms=17.5,
         offset_peak_ms=math.nan,
         spread_ms=118.5,
+        p99_curve=((12.5, 180.25, 36.0, 1.8e9 - 30.0, 8, 9), (25.0, 240.5, 0.0, 1.8e9, 16, 1)),
         tabu=((5000, 1, 1.8e9 + 21600.0), (10000, 2, 1.8e9 + 25000.0)),
     )
     state = PoolState(
@@ -77,7 +78,15 @@ def test_worst_case_size_is_bounded() -> None:
     state = PoolState(
         replicas=10_000,
         batching=BatchingConfig(10_000_000, 4096, tuple(range(1, 17)), 8, 10**9, 10**6),
-        latency_model=LatencyModel(a_ms=1 / 3, b_ms=2 / 3, tabu=tuple((i, i, 1e9 / 7) for i in range(16))),
+        latency_model=LatencyModel(
+            a_ms=1 / 3,
+            b_ms=2 / 3,
+            tabu=tuple((i, i, 1e9 / 7) for i in range(16)),
+            p99_curve=tuple(
+                (i / 7, 1e3 / 7, 1e4 / 7, 1.8e9 / 7, 10_000, 10**6)
+                for i in range(DEFAULT_PARAMS.curve_max_entries)
+            ),
+        ),
         history=tuple(HistoryEntry(1.8e9 + i / 7, 10_000, 1e6 / 7, 10_000) for i in range(n)),
         last_batching_change_s=1.8e9 / 7,
         last_scale_change_s=1.8e9 / 7,

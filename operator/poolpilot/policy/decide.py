@@ -32,14 +32,13 @@ from poolpilot.api.types import GPUNodePoolSpec, InferencePoolSpec, Mode, Sheddi
 from poolpilot.policy.demand import DemandForecast, Recurrence, forecast_demand, recurrence
 from poolpilot.policy.model import (
     Estimate,
-    corrected,
     estimate,
-    instance_offset_scale,
     observe,
     pessimistic,
     prior_model,
     straggler_share,
     with_correction,
+    with_measured_p99,
     with_offset,
     with_spec_prior,
 )
@@ -51,9 +50,11 @@ from poolpilot.policy.plan import (
     delay_candidates,
     fewest_replicas,
     instance_candidates,
+    predict,
 )
 from poolpilot.policy.types import (
     BatchingConfig,
+    CurvePoint,
     Decision,
     HistoryEntry,
     LatencyModel,
@@ -349,6 +350,7 @@ class _Tick:
 
     # -- learning -------------------------------------------------------------------------------------
     def learn(self) -> None:
+        self.measure()
         s, p = self.sig, self.p
         # Learn only from windows that describe the running configuration: the fit and the correction
         # must move together, or a half-updated model drives a scale change the next tick undoes.
@@ -400,6 +402,22 @@ class _Tick:
             self.reasons.append(
                 f"stragglers: p99 is {sr:.1f}x the model's while mean execution and queue time match it"
             )
+
+    def measure(self) -> None:
+        """Record the window's p99 in the measured curve (`LatencyModel.p99_curve`) when the window saw one
+        fleet under the running batching: the ready replicas unchanged all window, whether or not more
+        were asked for (pods waiting for a node serve nothing; what the ready ones did is still what
+        that many replicas do at that load)."""
+        s, p = self.sig, self.p
+        if not (self.ready > 0 and _finite(s.p99_ms) and s.p99_ms > 0):
+            return
+        if self.requests_in_window < p.min_requests_for_p99:
+            return
+        if _since(self.now, self.state.last_batching_change_s) < p.settle_s or not self.capacity_steady():
+            return
+        self.model = with_measured_p99(
+            self.model, self.lam / self.ready, s.p99_ms, p, now_s=self.now, replicas=self.ready
+        )
 
     def learn_spread(self) -> None:
         """Measure the straggler spread (`LatencyModel.spread_ms`) where requests run alone and do not
@@ -471,7 +489,22 @@ class _Tick:
             max_replicas=self.r_hi,
             params=self.p,
             running_instances=self.running.instance_count,
+            running_delay_us=self.running.max_queue_delay_us,
+            measured=self.measured_curve(),
+            evidence_headroom=self.p.scale_in_demand_headroom,
         )
+
+    def strict_problem(self, rate_per_s: float, objective_ms: float) -> Problem:
+        """The problem capacity is given back on: the model at its recent peak corrections (capacity bought
+        back takes a pod start or a node lead to return); the callers' demand carries the headroom."""
+        return replace(
+            self.problem(rate_per_s, objective_ms), model=pessimistic(self.model), evidence_headroom=0.0
+        )
+
+    def measured_curve(self) -> tuple[CurvePoint, ...]:
+        """The measured p99 curve, if it describes the setting the plan prices as the running one (a
+        lowered max batch size is a different setting: its batches are smaller)."""
+        return self.model.p99_curve if self.max_batch == self.running.max_batch_size else ()
 
     def run(self) -> Decision:
         """One tick, stage by stage (module docstring); each stage is a method below."""
@@ -493,6 +526,9 @@ class _Tick:
         self.explain(s, g, c, target, changed, p99_pred=p99_pred, util_pred=util_pred, lam_plan=lam_plan)
         actions = self.actions(target, changed)
         self.remember_floor(planned, gate.floor, actions)
+        if "batching" in actions and self.model.p99_curve:
+            # The measured curve describes the setting being left: the new one starts from the model.
+            self.model = replace(self.model, p99_curve=())
         ahead_asked = r_ahead
         r_ahead = self.confirm_ahead(r_ahead, planned, g)
         return Decision(
@@ -647,19 +683,14 @@ class _Tick:
         covered = spec.replicas.scale_down_stabilization_seconds == 0 or any(
             e.time_s <= window_start + spec.tick_seconds / 2 for e in state.history
         )
-        strict = replace(
-            self.problem(lam_plan * (1.0 + p.scale_in_demand_headroom), self.objective_ms),
-            model=pessimistic(self.model),
-        )
+        strict = self.strict_problem(lam_plan * (1.0 + p.scale_in_demand_headroom), self.objective_ms)
         r_strict = fewest_replicas(strict, s.cur_d, s.cur_k).replicas
         floor = self.model.floor_replicas
         self.floor_on = self.floor_holds()
         r_recur = 0
         if math.isfinite(self.hold_rate):
             r_recur = fewest_replicas(
-                replace(self.problem(self.hold_rate, self.objective_ms), model=pessimistic(self.model)),
-                s.cur_d,
-                s.cur_k,
+                self.strict_problem(self.hold_rate, self.objective_ms), s.cur_d, s.cur_k
             ).replicas
         stable_target = max(window_max, r_strict, floor if self.floor_on else 0, r_recur)
         # Hysteresis (HPA's tolerance, on the way down only): a scale-in must remove a real share of the
@@ -940,6 +971,12 @@ class _Tick:
                 f"scale out {R}→{target}: predicted p99 {p99_pred:.0f} ms ≤ {self.objective_ms:.0f} ms "
                 f"({self.target_ms:.0f} ms − {spec.slo.margin_ratio:.0%} margin) at {lam_plan:.0f}/s",
             )
+        if c.chosen.modelled_replicas is not None:
+            self.reasons.append(
+                f"measured: {c.chosen.replicas} replicas meet the objective at {lam_plan:.0f}/s and "
+                f"{self.p.scale_in_demand_headroom:.0%} more — the pool met it at as much load per replica "
+                f"(the model alone asks for {c.chosen.modelled_replicas})"
+            )
         running = self.running
         if changed and not c.emergency and (c.d, c.k) != (s.cur_d, s.cur_k):
             saved = s.cand_cur.replicas - c.chosen.replicas
@@ -1073,12 +1110,11 @@ class _Tick:
         fewer = paid - per_node
         if can_release and fewer >= self.r_lo and max(planned, r_ahead) > fewer:
             head = 1.0 + self.p.scale_in_demand_headroom
-            peak = pessimistic(self.model)
             # A released node takes its lead time to come back: the fewer replicas must also have
             # served the busiest demand seen over that long (minute-to-minute swings outrun 10 %),
             # and a level demand has come back to after troughs as long as this one (`remember_level`).
             strict = [
-                fewest_replicas(replace(self.problem(lam * head, release_ms), model=peak), d, k)
+                fewest_replicas(self.strict_problem(lam * head, release_ms), d, k)
                 for lam in (lam_plan, lam_ahead, self.fc.recent_peak_per_s, self.hold_rate)
                 if math.isfinite(lam)
             ]
@@ -1343,21 +1379,10 @@ class _Tick:
         return fc
 
     def predict(self, replicas: int, d: int, k: int, lam: float) -> tuple[float, float]:
+        """The p99 and utilisation `replicas` give at (d, k) and demand `lam` (`plan.predict`)."""
         if replicas <= 0:
             return math.nan, 0.0
-        est = estimate(
-            self.model,
-            rate_per_s=lam / replicas,
-            max_queue_delay_us=d,
-            instance_count=k,
-            max_batch_size=self.max_batch,
-            quantile=self.spec.slo.latency_quantile,
-            items_per_request=self.items,
-            params=self.p,
-            replicas=replicas,
-        )
-        scale = instance_offset_scale(k, self.running.instance_count, self.p)
-        return corrected(self.model, est.p99_ms, scale), est.utilization
+        return predict(self.problem(lam, self.objective_ms), replicas, d, k)
 
     def estimate_running(self, model: LatencyModel) -> Estimate:
         """The model's view of the running configuration at the measured load (ready replicas)."""

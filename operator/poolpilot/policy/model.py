@@ -18,7 +18,7 @@ from statistics import NormalDist
 
 from poolpilot.api.types import InferencePoolSpec
 from poolpilot.policy.params import PolicyParams
-from poolpilot.policy.types import LatencyModel
+from poolpilot.policy.types import CurvePoint, LatencyModel
 
 
 def with_spec_prior(spec: InferencePoolSpec, params: PolicyParams) -> PolicyParams:
@@ -116,6 +116,56 @@ def with_offset(
     if peak - off <= params.correction_peak_snap * max(predicted_ms, 1.0):
         peak = off  # finish the decay (see `with_correction`)
     return replace(m, offset_ms=off, offset_peak_ms=max(peak, off))
+
+
+def with_measured_p99(
+    m: LatencyModel,
+    rate_per_replica: float,
+    p99_ms: float,
+    params: PolicyParams,
+    *,
+    now_s: float,
+    replicas: int,
+) -> LatencyModel:
+    """Record one settled window's p99 at its load per replica in the measured curve.
+
+    The entry within `curve_bucket_ratio` of the load takes it into an exponentially weighted mean and
+    variance (weight `correction_alpha`, as the correction: a window is read on several ticks) and
+    counts it; a load not seen before starts an entry of its own. Entries not measured for
+    `curve_max_age_s` leave, then the least recently measured beyond the bound.
+    """
+    if not (math.isfinite(rate_per_replica) and rate_per_replica > 0 and math.isfinite(p99_ms)):
+        return m
+    al, half_band = params.correction_alpha, math.log(params.curve_bucket_ratio) / 2.0
+
+    def gap(entry: CurvePoint) -> float:
+        return abs(math.log(entry[0] / rate_per_replica))
+
+    near = min(m.p99_curve, key=gap, default=None)
+    entry: CurvePoint
+    if near is not None and gap(near) <= half_band:
+        rate, mean, var, _, seen_on, readings = near
+        diff = p99_ms - mean
+        entry = (
+            (1 - al) * rate + al * rate_per_replica,
+            mean + al * diff,
+            (1 - al) * (var + al * diff * diff),
+            now_s,
+            max(seen_on, replicas),
+            readings + 1,
+        )
+    else:
+        near, entry = None, (rate_per_replica, p99_ms, 0.0, now_s, replicas, 1)
+    kept = [e for e in m.p99_curve if e is not near and now_s - e[3] <= params.curve_max_age_s]
+    kept.append(entry)
+    kept.sort(key=lambda e: e[3])
+    return replace(m, p99_curve=tuple(sorted(kept[-params.curve_max_entries :])))
+
+
+def curve_level(point: CurvePoint, z: float) -> float:
+    """The p99 a measured point is judged by: its mean reading plus `z` standard deviations of the
+    readings (one minute's p99 of bursty load is a draw; judged on the mean, half the windows miss)."""
+    return point[1] + z * math.sqrt(max(point[2], 0.0))
 
 
 def scale_in_correction(m: LatencyModel) -> float:

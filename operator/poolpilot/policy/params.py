@@ -63,6 +63,24 @@ class PolicyParams:
     """Lowest multiplicative correction: a model more than 30 % pessimistic is refit, not trusted lower."""
     correction_max: float = 3.0
     """Highest multiplicative correction: beyond 3x the model is wrong in shape, not in scale."""
+    curve_bucket_ratio: float = 1.15
+    """Width of one operating point of the measured p99 curve (`LatencyModel.p99_curve`): loads per
+    replica within 15 % of each other share an entry — finer would split one steady load in two on a
+    tick's noise, coarser would blend a trough with a peak."""
+    curve_z: float = 2.0
+    """A measured operating point is evidence that replicas suffice (`plan.measured_replicas`) only if its
+    mean p99 reading plus this many standard deviations of the readings meets the objective
+    (`model.curve_level`): 2 is ~98 % of windows for a normal spread, and a fleet is judged by the
+    windows it meets, not by its mean window."""
+    curve_min_readings: int = 2
+    """... and only after this many readings: a 60 s window is read on ~4 ticks, so 8 is two windows,
+    the fewest that say anything about the spread."""
+    curve_max_age_s: float = 3600.0
+    """An operating point not measured for an hour leaves the curve (the token mix and the traffic's
+    burstiness drift; an hour is a diurnal phase, as `recurrence_max_hold_s`)."""
+    curve_max_entries: int = 24
+    """Bound of the curve (persisted in status): 24 bands of 15 % span a 28x range of load per replica;
+    the least recently measured point leaves first."""
     correction_peak_decay_s: float = 1800.0
     """Time constant of the decay of the peak correction used for scale-in checks."""
     correction_peak_snap: float = 0.01
@@ -181,6 +199,8 @@ class PolicyParams:
             raise ValueError(f"fit_decay must be in (0, 1], got {self.fit_decay}")
         if not 0 < self.correction_min <= 1 <= self.correction_max:
             raise ValueError("correction_min must be in (0, 1] and correction_max >= 1")
+        if not self.curve_bucket_ratio > 1.0 or self.curve_max_entries < 1 or self.curve_min_readings < 1:
+            raise ValueError("curve_bucket_ratio must be > 1, curve_max_entries and curve_min_readings >= 1")
         if self.history_max_entries < 4:
             raise ValueError("history_max_entries must be >= 4")
 

@@ -11,9 +11,9 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from poolpilot.policy.model import arrival_cv2, core, corrected, instance_offset_scale, z_score
+from poolpilot.policy.model import arrival_cv2, core, corrected, curve_level, instance_offset_scale, z_score
 from poolpilot.policy.params import PolicyParams
-from poolpilot.policy.types import LatencyModel
+from poolpilot.policy.types import CurvePoint, LatencyModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +26,9 @@ class Candidate:
     p99_ms: float  # corrected prediction at `replicas`
     utilization: float
     feasible: bool  # meets the objective and the utilisation cap within replicas.max
+    # The model's count when the pool's own measurements showed fewer meeting the objective
+    # (`measured_replicas`); None when `replicas` is the model's.
+    modelled_replicas: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,17 +46,31 @@ class Problem:
     max_replicas: int
     params: PolicyParams
     running_instances: int = 1  # the instance count the model's additive tail was measured at
+    running_delay_us: int = -1  # the running queue delay (-1: none), where `measured` applies
+    measured: tuple[CurvePoint, ...] = ()  # `LatencyModel.p99_curve` of the running setting
+    # Extra demand the measurement must also have covered before it lowers the model's answer (the plan
+    # sizes for a forecast that may be low: a measurement at the edge of its data must hold 10 % beyond
+    # it, as a scale-in must); 0 for the checks capacity is given back on, whose demand includes it.
+    evidence_headroom: float = 0.0
 
 
 def predict(prob: Problem, replicas: int, delay_us: int, instances: int) -> tuple[float, float]:
     """Corrected p99 (ms) and utilisation of the pool with `replicas` replicas sharing the load."""
     if replicas <= 0:
         return (math.inf, math.inf) if prob.rate_per_s > 0 else (math.nan, 0.0)
+    return _modelled(prob, prob.rate_per_s / replicas, replicas, delay_us, instances)
+
+
+def _modelled(
+    prob: Problem, rate_per_replica: float, replicas: int, delay_us: int, instances: int
+) -> tuple[float, float]:
+    """The corrected model's p99 and utilisation at a load per replica (`replicas` sets the router's
+    smoothing)."""
     m = prob.model
     p99, _, _, _, util, _ = core(
         m.a_ms,
         m.b_ms,
-        prob.rate_per_s / replicas / 1000.0,
+        rate_per_replica / 1000.0,
         delay_us / 1000.0,
         instances,
         prob.max_batch_size,
@@ -74,10 +91,53 @@ def _ok(prob: Problem, replicas: int, delay_us: int, instances: int) -> bool:
 
 
 def fewest_replicas(prob: Problem, delay_us: int, instances: int, *, hi: int | None = None) -> Candidate:
-    """Bisection on replicas: the estimate is monotone in the per-replica rate.
+    """The fewest replicas meeting the objective at (delay, instances): the model's answer, or fewer where
+    the running setting has been measured meeting it at as much load per replica (`measured_replicas`).
 
     `hi`, when given, is a replica count already known to meet the objective.
     """
+    modelled = _fewest_modelled(prob, delay_us, instances, hi=hi)
+    if not prob.measured or (delay_us, instances) != (prob.running_delay_us, prob.running_instances):
+        return modelled
+    demand = prob.rate_per_s * (1.0 + prob.evidence_headroom)
+    measured = measured_replicas(prob.measured, demand, prob.objective_ms, prob.params)
+    if measured is None or max(measured, prob.min_replicas) >= modelled.replicas:
+        return modelled
+    r = max(measured, prob.min_replicas)
+    _, util = predict(prob, r, delay_us, instances)
+    if util > prob.max_utilization:
+        return modelled
+    return Candidate(delay_us, instances, r, prob.objective_ms, util, True, modelled.replicas)
+
+
+def measured_replicas(
+    curve: tuple[CurvePoint, ...], rate_per_s: float, objective_ms: float, params: PolicyParams
+) -> int | None:
+    """The fewest replicas the running setting has been measured meeting `objective_ms` with at this
+    demand (None: no such evidence).
+
+    A point is evidence for R replicas when R spreads the demand no thinner than it was (its load per
+    replica at least R's), on no fewer replicas than it had (fewer replicas smooth a round-robin
+    load less), with at least `curve_min_readings` readings, when its upper reading (`curve_level` at
+    `curve_z`) meets the objective, and when no point below it in load misses on average: a replica
+    never gets faster with more load, so a miss measured at less load vetoes a meet measured at more.
+    """
+    if rate_per_s <= 0:
+        return None
+    best: int | None = None
+    worst_below = -math.inf
+    for point in curve:
+        worst_below = max(worst_below, point[1])
+        if worst_below > objective_ms:
+            break
+        if point[5] >= params.curve_min_readings and curve_level(point, params.curve_z) <= objective_ms:
+            r = max(math.ceil(rate_per_s / point[0] - 1e-9), point[4])
+            best = r if best is None else min(best, r)
+    return best
+
+
+def _fewest_modelled(prob: Problem, delay_us: int, instances: int, *, hi: int | None) -> Candidate:
+    """Bisection on replicas: the model's estimate is monotone in the per-replica rate."""
     lo = max(prob.min_replicas, 1 if prob.rate_per_s > 0 else 0)
     known_ok = hi is not None
     hi = max(prob.max_replicas if hi is None else hi, lo)

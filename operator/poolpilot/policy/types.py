@@ -65,6 +65,11 @@ class HistoryEntry:
     ready: int | None = None
 
 
+CurvePoint = tuple[float, float, float, float, int, int]
+"""A measured operating point: (inferences/s per ready replica, mean p99 ms, variance of the p99 ms²,
+last seen s, most ready replicas it was seen on, readings)."""
+
+
 @dataclass(frozen=True, slots=True)
 class LatencyModel:
     """batch latency ≈ a_ms + b_ms · batch, and the measured/predicted p99 correction."""
@@ -111,6 +116,11 @@ class LatencyModel:
     # decaying like `correction_peak` (NaN = none yet).
     offset_ms: float = 0.0
     offset_peak_ms: float = math.nan
+    # What the pool has done under the running batching (`CurvePoint`s, ascending in load, one per
+    # `PolicyParams.curve_bucket_ratio` band): where it shows fewer replicas meeting the objective at as
+    # much load per replica than the model asks for, the plan takes them (`plan.measured_replicas`); the
+    # model is the prior where there is no data. Cleared when the batching changes.
+    p99_curve: tuple[CurvePoint, ...] = ()
     # Straggler spread (ms): p99 minus mean of one request's execution, measured where requests run alone
     # and do not queue. A batch waits for its longest request, so a batch of B costs more than the line
     # by the expected maximum of B such costs (`model.straggler_share`); 0 = none measured.
