@@ -865,7 +865,7 @@ def test_the_pool_measured_meeting_the_objective_overrules_a_pessimistic_model(k
     base = settled_state(16, kit.batching(0), need=8)
     assert base.latency_model is not None
     pessimistic = replace(base.latency_model, offset_ms=40.0)
-    met: CurvePoint = (90.0, 110.0, 4.0, NOW - 60, 8, 8)
+    met = CurvePoint(90.0, 110.0, 4.0, NOW - 60, 8, 8)
 
     def run(*curve: CurvePoint) -> Decision:
         state = replace(base, latency_model=replace(pessimistic, p99_curve=curve))
@@ -876,4 +876,4 @@ def test_the_pool_measured_meeting_the_objective_overrules_a_pessimistic_model(k
     assert measured.actions == ("scale",) and measured.replicas == 9, measured.reasons
     assert any(r.startswith("measured: 9 replicas meet the objective at 720/s") for r in measured.reasons)
     # A miss measured at less load per replica says the meet was a lucky draw: the model decides.
-    assert run((60.0, 150.0, 0.0, NOW - 60, 8, 8), met).replicas == 16
+    assert run(CurvePoint(60.0, 150.0, 0.0, NOW - 60, 8, 8), met).replicas == 16

@@ -24,7 +24,7 @@ from poolpilot.policy.model import (
     with_measured_p99,
     with_offset,
 )
-from poolpilot.policy.types import LatencyModel
+from poolpilot.policy.types import CurvePoint, LatencyModel
 
 PARAMS = PolicyParams()
 POISSON = PolicyParams(router="random", instance_slowdown=0.0)
@@ -253,17 +253,16 @@ def test_the_measured_curve_keeps_one_point_per_load_band_with_the_spread_of_its
     for i, p99 in enumerate((100.0, 120.0, 100.0, 120.0)):
         m = with_measured_p99(m, 10.0 + 0.1 * i, p99, PARAMS, now_s=15.0 * i, replicas=8)
     (point,) = m.p99_curve
-    _, mean, var, seen_s, replicas, readings = point
-    assert (readings, seen_s, replicas) == (4, 45.0, 8)
-    assert 100.0 < mean < 120.0 and var > 0.0
-    assert curve_level(point, 2.0) == pytest.approx(mean + 2.0 * math.sqrt(var))
+    assert (point.readings, point.seen_s, point.replicas) == (4, 45.0, 8)
+    assert 100.0 < point.p99_mean_ms < 120.0 and point.p99_var_ms2 > 0.0
+    assert curve_level(point, 2.0) == pytest.approx(point.p99_mean_ms + 2.0 * math.sqrt(point.p99_var_ms2))
     # 30 % more load per replica is another operating point; the curve stays ascending in load.
     m = with_measured_p99(m, 13.0, 150.0, PARAMS, now_s=60.0, replicas=16)
-    assert [round(p[0]) for p in m.p99_curve] == [10, 13]
-    assert m.p99_curve[1][1:] == (150.0, 0.0, 60.0, 16, 1)
+    assert [round(p.rate_per_replica_per_s) for p in m.p99_curve] == [10, 13]
+    assert m.p99_curve[1] == CurvePoint(13.0, 150.0, 0.0, 60.0, 16, 1)
     # A point not measured for `curve_max_age_s` leaves; beyond the bound the least recent leaves.
     later = with_measured_p99(m, 30.0, 200.0, PARAMS, now_s=45.0 + PARAMS.curve_max_age_s + 1, replicas=8)
-    assert [round(p[0]) for p in later.p99_curve] == [13, 30]
+    assert [round(p.rate_per_replica_per_s) for p in later.p99_curve] == [13, 30]
     one = replace(PARAMS, curve_max_entries=1)
     bounded = with_measured_p99(m, 30.0, 200.0, one, now_s=75.0, replicas=8)
-    assert [round(p[0]) for p in bounded.p99_curve] == [30]
+    assert [round(p.rate_per_replica_per_s) for p in bounded.p99_curve] == [30]

@@ -18,7 +18,7 @@ from poolpilot.policy.persist import (
     state_from_wire,
     state_to_wire,
 )
-from poolpilot.policy.types import BatchingConfig, HistoryEntry, LatencyModel, PoolState
+from poolpilot.policy.types import BatchingConfig, CurvePoint, HistoryEntry, LatencyModel, PoolState
 
 floats = st.floats(allow_nan=True, allow_infinity=True)
 
@@ -53,7 +53,10 @@ def test_a_learned_state_round_trips() -> None:
         offset_ms=17.5,
         offset_peak_ms=math.nan,
         spread_ms=118.5,
-        p99_curve=((12.5, 180.25, 36.0, 1.8e9 - 30.0, 8, 9), (25.0, 240.5, 0.0, 1.8e9, 16, 1)),
+        p99_curve=(
+            CurvePoint(12.5, 180.25, 36.0, 1.8e9 - 30.0, 8, 9),
+            CurvePoint(25.0, 240.5, 0.0, 1.8e9, 16, 1),
+        ),
         tabu=((5000, 1, 1.8e9 + 21600.0), (10000, 2, 1.8e9 + 25000.0)),
     )
     state = PoolState(
@@ -83,7 +86,7 @@ def test_worst_case_size_is_bounded() -> None:
             b_ms=2 / 3,
             tabu=tuple((i, i, 1e9 / 7) for i in range(16)),
             p99_curve=tuple(
-                (i / 7, 1e3 / 7, 1e4 / 7, 1.8e9 / 7, 10_000, 10**6)
+                CurvePoint(i / 7, 1e3 / 7, 1e4 / 7, 1.8e9 / 7, 10_000, 10**6)
                 for i in range(DEFAULT_PARAMS.curve_max_entries)
             ),
         ),

@@ -10,7 +10,7 @@ PARAMS = PolicyParams()
 
 
 def _point(rate: float, mean: float, *, sd: float = 0.0, replicas: int = 8, readings: int = 8) -> CurvePoint:
-    return (rate, mean, sd * sd, 0.0, replicas, readings)
+    return CurvePoint(rate, mean, sd * sd, 0.0, replicas, readings)
 
 
 def test_a_meet_at_as_much_load_per_replica_is_evidence_for_as_few_replicas() -> None:

@@ -138,34 +138,34 @@ def with_measured_p99(
         return m
     al, half_band = params.correction_alpha, math.log(params.curve_bucket_ratio) / 2.0
 
-    def gap(entry: CurvePoint) -> float:
-        return abs(math.log(entry[0] / rate_per_replica))
+    def gap(point: CurvePoint) -> float:
+        return abs(math.log(point.rate_per_replica_per_s / rate_per_replica))
 
     near = min(m.p99_curve, key=gap, default=None)
-    entry: CurvePoint
     if near is not None and gap(near) <= half_band:
-        rate, mean, var, _, seen_on, readings = near
-        diff = p99_ms - mean
-        entry = (
-            (1 - al) * rate + al * rate_per_replica,
-            mean + al * diff,
-            (1 - al) * (var + al * diff * diff),
-            now_s,
-            max(seen_on, replicas),
-            readings + 1,
+        diff = p99_ms - near.p99_mean_ms
+        point = CurvePoint(
+            rate_per_replica_per_s=(1 - al) * near.rate_per_replica_per_s + al * rate_per_replica,
+            p99_mean_ms=near.p99_mean_ms + al * diff,
+            p99_var_ms2=(1 - al) * (near.p99_var_ms2 + al * diff * diff),
+            seen_s=now_s,
+            replicas=max(near.replicas, replicas),
+            readings=near.readings + 1,
         )
     else:
-        near, entry = None, (rate_per_replica, p99_ms, 0.0, now_s, replicas, 1)
-    kept = [e for e in m.p99_curve if e is not near and now_s - e[3] <= params.curve_max_age_s]
-    kept.append(entry)
-    kept.sort(key=lambda e: e[3])
-    return replace(m, p99_curve=tuple(sorted(kept[-params.curve_max_entries :])))
+        near = None
+        point = CurvePoint(rate_per_replica, p99_ms, 0.0, now_s, replicas, 1)
+    kept = [e for e in m.p99_curve if e is not near and now_s - e.seen_s <= params.curve_max_age_s]
+    kept.append(point)
+    kept.sort(key=lambda e: e.seen_s)
+    newest = sorted(kept[-params.curve_max_entries :], key=lambda e: e.rate_per_replica_per_s)
+    return replace(m, p99_curve=tuple(newest))
 
 
 def curve_level(point: CurvePoint, z: float) -> float:
     """The p99 a measured point is judged by: its mean reading plus `z` standard deviations of the
     readings (one minute's p99 of bursty load is a draw; judged on the mean, half the windows miss)."""
-    return point[1] + z * math.sqrt(max(point[2], 0.0))
+    return point.p99_mean_ms + z * math.sqrt(max(point.p99_var_ms2, 0.0))
 
 
 def scale_in_correction(m: LatencyModel) -> float:

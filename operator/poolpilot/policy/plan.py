@@ -127,11 +127,11 @@ def measured_replicas(
     best: int | None = None
     worst_below = -math.inf
     for point in curve:
-        worst_below = max(worst_below, point[1])
+        worst_below = max(worst_below, point.p99_mean_ms)
         if worst_below > objective_ms:
             break
-        if point[5] >= params.curve_min_readings and curve_level(point, params.curve_z) <= objective_ms:
-            r = max(math.ceil(rate_per_s / point[0] - 1e-9), point[4])
+        if point.readings >= params.curve_min_readings and curve_level(point, params.curve_z) <= objective_ms:
+            r = max(math.ceil(rate_per_s / point.rate_per_replica_per_s - 1e-9), point.replicas)
             best = r if best is None else min(best, r)
     return best
 

@@ -65,9 +65,16 @@ class HistoryEntry:
     ready: int | None = None
 
 
-CurvePoint = tuple[float, float, float, float, int, int]
-"""A measured operating point: (inferences/s per ready replica, mean p99 ms, variance of the p99 ms²,
-last seen s, most ready replicas it was seen on, readings)."""
+@dataclass(frozen=True, slots=True)
+class CurvePoint:
+    """One measured operating point of the running batching (`LatencyModel.p99_curve`)."""
+
+    rate_per_replica_per_s: float  # inferences/s per ready replica (smoothed over the point's readings)
+    p99_mean_ms: float  # exponentially weighted mean of the windows' p99
+    p99_var_ms2: float  # ... and variance (0 with one reading)
+    seen_s: float  # time of the latest reading
+    replicas: int  # the most ready replicas it was read on
+    readings: int
 
 
 @dataclass(frozen=True, slots=True)
