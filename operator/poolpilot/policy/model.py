@@ -127,7 +127,8 @@ def with_measured_p99(
     now_s: float,
     replicas: int,
 ) -> LatencyModel:
-    """Record one settled window's p99 at its load per replica in the measured curve.
+    """Record one window's p99 at its load per replica in the measured curve (the caller decides which
+    windows describe one fleet: `_Tick.measure`).
 
     The entry within `curve_bucket_ratio` of the load takes it into an exponentially weighted mean and
     variance (weight `correction_alpha`, as the correction: a window is read on several ticks) and

@@ -58,19 +58,11 @@ def predict(prob: Problem, replicas: int, delay_us: int, instances: int) -> tupl
     """Corrected p99 (ms) and utilisation of the pool with `replicas` replicas sharing the load."""
     if replicas <= 0:
         return (math.inf, math.inf) if prob.rate_per_s > 0 else (math.nan, 0.0)
-    return _modelled(prob, prob.rate_per_s / replicas, replicas, delay_us, instances)
-
-
-def _modelled(
-    prob: Problem, rate_per_replica: float, replicas: int, delay_us: int, instances: int
-) -> tuple[float, float]:
-    """The corrected model's p99 and utilisation at a load per replica (`replicas` sets the router's
-    smoothing)."""
     m = prob.model
     p99, _, _, _, util, _ = core(
         m.a_ms,
         m.b_ms,
-        rate_per_replica / 1000.0,
+        prob.rate_per_s / replicas / 1000.0,
         delay_us / 1000.0,
         instances,
         prob.max_batch_size,
@@ -101,9 +93,11 @@ def fewest_replicas(prob: Problem, delay_us: int, instances: int, *, hi: int | N
         return modelled
     demand = prob.rate_per_s * (1.0 + prob.evidence_headroom)
     measured = measured_replicas(prob.measured, demand, prob.objective_ms, prob.params)
-    if measured is None or max(measured, prob.min_replicas) >= modelled.replicas:
+    if measured is None:
         return modelled
     r = max(measured, prob.min_replicas)
+    if r >= modelled.replicas:
+        return modelled
     _, util = predict(prob, r, delay_us, instances)
     if util > prob.max_utilization:
         return modelled
