@@ -71,6 +71,10 @@ async def test_signals_of_a_pool_under_load(
     # Latency: server-side p99 of a model whose smallest batch takes 3 ms, under the client's p99.
     assert 3.0 <= s.p99_ms <= report.latency_p99_ms * 1.1
     assert s.request_rate_per_s > 0 and s.inference_rate_per_s > 0
+    # The window spans the 6 s of load and some idle time: the mean rate is diluted, while the rate the
+    # inferences arrived at is the load's (200 req/s of one inference each).
+    assert s.inference_rate_seen_per_s >= s.inference_rate_per_s
+    assert s.inference_rate_seen_per_s == pytest.approx(200.0, rel=0.3)
     assert 0 < s.queue_time_us <= 4000 * 3  # a 4 ms batching window dominates queueing
     assert s.compute_us_per_exec >= 3000 * 0.9
     assert 0 <= s.age_s < 10

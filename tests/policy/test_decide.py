@@ -733,6 +733,42 @@ def test_the_tail_is_learnt_only_once_the_window_has_seen_the_ready_capacity(kit
     assert just_ready.history[-1].ready == 16
 
 
+def test_a_window_that_saw_a_burst_teaches_neither_the_tail_nor_the_curve(kit: SimpleNamespace) -> None:
+    """A burst in part of the window sets its p99 at the burst's rate while the mean rate says less:
+    read at the mean, that window would teach the model a tail the pool has at no one load."""
+    spec = kit.make_spec(replicas={"min": 1, "max": 64}, **ONE_CONFIG)
+    state = settled_state(16, kit.batching(0))
+    base = state.latency_model
+    assert base is not None
+    steady = decide(spec, state, sig(400, 260, ready=16, inference_rate_seen_per_s=410.0), NOW)
+    burst = decide(spec, state, sig(400, 260, ready=16, inference_rate_seen_per_s=600.0), NOW)
+    assert steady.latency_model is not None and burst.latency_model is not None
+    assert steady.latency_model.offset_ms > base.offset_ms
+    assert len(steady.latency_model.p99_curve) == len(base.p99_curve) + 1
+    assert burst.latency_model.offset_ms == base.offset_ms
+    assert burst.latency_model.p99_curve == base.p99_curve
+    # The plan sizes for the load the requests saw, never less than the mean.
+    assert (burst.demand_per_s, steady.demand_per_s) == (600.0, 410.0)
+    assert (
+        decide(spec, state, sig(400, 260, ready=16, inference_rate_seen_per_s=300.0), NOW).demand_per_s
+        == 400.0
+    )
+
+
+def test_a_backlog_is_not_a_point_of_the_measured_curve(kit: SimpleNamespace) -> None:
+    """A window whose mean queue exceeds the objective is a backlog draining (or growing): its p99 says
+    how long the queue was, not what that many replicas do at that load."""
+    spec = kit.make_spec(replicas={"min": 1, "max": 64}, **ONE_CONFIG)
+    state = settled_state(16, kit.batching(0))
+    base = state.latency_model
+    assert base is not None
+    drained = decide(spec, state, sig(100, 260, ready=16, queue_time_us=20_000.0), NOW)
+    backlog = decide(spec, state, sig(100, 9_000, ready=16, queue_time_us=4_000_000.0), NOW)
+    assert drained.latency_model is not None and backlog.latency_model is not None
+    assert len(drained.latency_model.p99_curve) == len(base.p99_curve) + 1
+    assert backlog.latency_model.p99_curve == base.p99_curve
+
+
 def test_a_breach_is_remembered_against_the_replicas_that_served_it(kit: SimpleNamespace) -> None:
     """16 asked for, 8 ready all window (the rest wait for a node), p99 over: 8 were measured too few."""
     spec = kit.make_spec(replicas={"min": 1, "max": 64}, **ONE_CONFIG)

@@ -135,3 +135,18 @@ def test_a_gap_within_the_reaction_time_or_a_lower_level_teaches_no_hold() -> No
     higher = _seen(mem, 1_500.0, 60.0)
     assert higher.rate_per_s == 1_500.0 and higher.hold_s == 0.0  # the level rises at once
     assert _seen(mem, 1_000.0, 99_000.0).hold_s == 3_600.0  # capped: a day later is a new phase
+
+
+def test_the_hold_is_a_multiple_of_the_longest_trough_demand_came_back_after() -> None:
+    """With `hold_factor` 2 the trough learnt is held twice as long: the next trough is as likely as
+    not to outlast the longest one seen, and outlasting the hold costs a node lead of missed windows."""
+    mem = _seen(Recurrence(math.nan, math.nan, 0.0), 1_000.0, 0.0)
+    back, learnt_s = recurrence(
+        mem, 950.0, 900.0, reaction_s=360.0, headroom=0.1, max_hold_s=3_600.0, hold_factor=2.0
+    )
+    assert learnt_s == pytest.approx(900.0) and back.hold_s == pytest.approx(1_800.0)
+    assert back.holding(900.0 + 1_800.0) and not back.holding(900.0 + 1_801.0)
+    capped = recurrence(
+        mem, 950.0, 2_000.0, reaction_s=360.0, headroom=0.1, max_hold_s=3_600.0, hold_factor=2.0
+    )
+    assert capped[0].hold_s == 3_600.0

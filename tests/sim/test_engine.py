@@ -218,6 +218,22 @@ def test_signals_use_only_samples_in_the_window_and_report_their_age() -> None:
     assert math.isnan(one.request_rate_per_s) and one.pending_requests == 3.0
 
 
+def test_the_seen_rate_is_the_rate_a_burst_within_the_window_arrived_at() -> None:
+    """A window whose last interval is a burst: the mean rate says less than its requests saw, and
+    the seen rate weights each interval by the requests in it; a steady window reads the same both ways."""
+    store = PromStore(window_s=60.0)
+    success = 0.0
+    for k in range(1, 9):  # scrapes at 15..120 s: 100 req/s, then 400 req/s in the last interval
+        success += 15.0 * (400.0 if k == 8 else 100.0)
+        store.add(_sample(15.0 * k, success, success))
+    burst = store.signals(120.0)  # intervals 75-90 and 90-105 at 100/s, 105-120 at 400/s
+    assert burst.inference_rate_per_s == pytest.approx((2 * 100.0 + 400.0) / 3)  # rate() over 75..120 s
+    assert burst.inference_rate_seen_per_s == pytest.approx((2 * 100.0**2 + 400.0**2) / (2 * 100.0 + 400.0))
+    steady = store.signals(105.0)
+    assert steady.inference_rate_seen_per_s == pytest.approx(steady.inference_rate_per_s) == 100.0
+    assert math.isnan(store.signals(16.0).inference_rate_seen_per_s)  # one sample: no interval yet
+
+
 def test_a_serving_overhead_adds_to_every_served_request_and_to_what_the_policy_sees() -> None:
     trace = poisson_trace(20.0, 300.0, seed=4)
     base, slow = (

@@ -335,7 +335,11 @@ class _Tick:
             self.items = min(max(inf / rate, 1.0), float(spec.model.max_batch_size))
         else:
             self.items = 1.0
-        self.lam = inf if _finite(inf) and inf >= 0 else rate * self.items
+        # Demand is the load the window's inferences arrived at, never below the mean: a burst in part of
+        # the window sets its p99, and capacity sized for the mean misses it (`load_steady` compares the two).
+        self.lam_mean = inf if _finite(inf) and inf >= 0 else rate * self.items
+        seen = signals.inference_rate_seen_per_s
+        self.lam = max(self.lam_mean, seen) if _finite(seen) and _finite(self.lam_mean) else self.lam_mean
         self.ready = state.replicas if signals.ready_replicas is None else max(0, signals.ready_replicas)
         self.requests_in_window = rate * _P99_WINDOW_S
         self.straggler = False
@@ -375,7 +379,7 @@ class _Tick:
         self.straggler = False
         if not (settled and self.ready > 0 and _finite(s.p99_ms) and s.p99_ms > 0):
             return
-        if self.requests_in_window < p.min_requests_for_p99:
+        if self.requests_in_window < p.min_requests_for_p99 or not self.load_steady():
             return
         self.learn_spread()
         est = self.estimate_running(self.model)
@@ -407,7 +411,10 @@ class _Tick:
         """Record the window's p99 in the measured curve (`LatencyModel.p99_curve`) when the window saw one
         fleet under the running batching: the ready replicas unchanged all window, whether or not more
         were asked for (pods waiting for a node serve nothing; what the ready ones did is still what
-        that many replicas do at that load)."""
+        that many replicas do at that load), at one load (`load_steady`), and without a backlog: a mean
+        queue above the objective is a queue draining or growing, whose p99 says how long it was, not
+        what that many replicas do at that load (found in the suite: a start-up backlog read as a 30 s
+        point at low load vetoed every later meet above it)."""
         s, p = self.sig, self.p
         if not (self.ready > 0 and _finite(s.p99_ms) and s.p99_ms > 0):
             return
@@ -415,9 +422,16 @@ class _Tick:
             return
         if _since(self.now, self.state.last_batching_change_s) < p.settle_s or not self.capacity_steady():
             return
+        if self.queue_above(1.0) or not self.load_steady():
+            return
         self.model = with_measured_p99(
             self.model, self.lam / self.ready, s.p99_ms, p, now_s=self.now, replicas=self.ready
         )
+
+    def load_steady(self) -> bool:
+        """Whether the window saw one load (`PolicyParams.load_steady_ratio`); unknown counts as steady
+        (a metric source without the seen rate learns as before)."""
+        return self.lam <= self.p.load_steady_ratio * self.lam_mean or not _finite(self.lam)
 
     def learn_spread(self) -> None:
         """Measure the straggler spread (`LatencyModel.spread_ms`) where requests run alone and do not
@@ -1155,6 +1169,7 @@ class _Tick:
             reaction_s=self.node_lead_s(),
             headroom=self.p.scale_in_demand_headroom,
             max_hold_s=self.p.recurrence_max_hold_s,
+            hold_factor=self.p.recurrence_hold_factor,
         )
         self.model = replace(
             m, burst_rate_per_s=mem.rate_per_s, burst_seen_s=mem.seen_s, burst_hold_s=mem.hold_s
@@ -1385,7 +1400,7 @@ class _Tick:
         return predict(self.problem(lam, self.objective_ms), replicas, d, k)
 
     def estimate_running(self, model: LatencyModel) -> Estimate:
-        """The model's view of the running configuration at the measured load (ready replicas)."""
+        """The model's view of the running configuration at the load the window's requests saw."""
         return estimate(
             model,
             rate_per_s=self.lam / max(self.ready, 1),

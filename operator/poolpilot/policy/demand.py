@@ -160,6 +160,7 @@ def recurrence(
     reaction_s: float,
     headroom: float,
     max_hold_s: float,
+    hold_factor: float = 1.0,
 ) -> tuple[Recurrence, float]:
     """Update the recurrence memory with the demand now; also the gap learnt this tick (0: none).
 
@@ -179,6 +180,6 @@ def recurrence(
     updated = Recurrence(
         rate_per_s=max(level, now_per_s),
         seen_s=now_s,
-        hold_s=min(max_hold_s, max(memory.hold_s, learnt)),
+        hold_s=min(max_hold_s, max(memory.hold_s, hold_factor * learnt)),
     )
     return updated, min(max_hold_s, learnt)

@@ -85,6 +85,12 @@ class PolicyParams:
     """Time constant of the decay of the peak correction used for scale-in checks."""
     correction_peak_snap: float = 0.01
     """The peak snaps to the correction once within this share of it (a decay that ends)."""
+    load_steady_ratio: float = 1.1
+    """The model learns from a window only when it saw one load: the rate its inferences arrived at
+    (`Signals.inference_rate_seen_per_s`) within 10 % of the window's mean. A burst that fills part of a
+    window sets its p99 at the burst's rate while the mean says less; read at the mean, that window
+    teaches a tail the pool does not have at any one load. Poisson noise alone moves the ratio by
+    1/(15 s x rate): under 1 % above 7 req/s."""
     settle_s: float = 75.0
     """The model is corrected only when the measurement describes the running config: no scale or batching
     change for this long and every replica ready (Prometheus windows are ~60 s)."""
@@ -157,6 +163,10 @@ class PolicyParams:
     """Longest trough through which capacity for a recurring demand level is held
     (`poolpilot.policy.demand.recurrence`): an hour, the scale of a diurnal phase — a load back after
     longer than that is a new phase, not a burst, and a node lead is then small next to the gap."""
+    recurrence_hold_factor: float = 2.0
+    """The hold is this many times the longest trough demand has come back after: the longest of n
+    troughs seen is exceeded by the next with odds 1/(n+1), and a trough outlasting the hold costs a
+    node lead of missed windows where holding it costs only its GPUs."""
     min_fit_samples: int = 4
     """Settled observations of the pool's own executions before a batching change is made for a saving.
 

@@ -37,6 +37,10 @@ class Signals:
     p99_ms: float = math.nan  # measured latency at spec.slo.latencyQuantile
     request_rate_per_s: float = math.nan  # successful + failed requests per second, whole pool
     inference_rate_per_s: float = math.nan  # inferences (batch dim) per second, whole pool
+    # The inference rate the window's inferences arrived at: the mean over scrape intervals of each
+    # interval's rate, weighted by its inferences (sum r^2 / sum r). A window's p99 is a quantile over
+    # its requests, so a burst that fills half the window sets it at the burst's rate, not the mean.
+    inference_rate_seen_per_s: float = math.nan
     gpu_utilization: float = math.nan  # busy fraction 0..1, mean over the pool's GPUs
     queue_time_us: float = math.nan  # mean time in Triton's queue per request
     avg_batch_size: float = math.nan  # inferences / executions

@@ -142,6 +142,26 @@ class PromStore:
         lo = bisect.bisect_right(self._times, now_s - self.window_s)
         return self.samples[lo:hi]
 
+    def rate_seen(self, now_s: float) -> float:
+        """The inference rate the window's inferences arrived at, as the operator's query gives it
+        (`queries.inferences_seen_query`): at steps of a quarter window back from `now_s` over the
+        window less one step (the intervals the window's `rate()` spans), the `irate` of the latest two
+        samples within two steps, averaged weighted by itself. NaN without inferences."""
+        step = self.window_s / 4.0
+        num = den = 0.0
+        for k in range(3):
+            t = now_s - k * step
+            hi = bisect.bisect_right(self._times, t)
+            if hi < 2 or self._times[hi - 2] <= t - 2 * step or self._times[hi - 2] <= now_s - self.window_s:
+                continue
+            a, b = self.samples[hi - 2], self.samples[hi - 1]
+            dt = b.t_s - a.t_s
+            r = (b.inferences - a.inferences) / dt if dt > 0 else 0.0
+            if r > 0:
+                num += r * r
+                den += r
+        return num / den if den > 0 else math.nan
+
     def signals(self, now_s: float) -> Signals:
         win = self.window(now_s)
         hi = bisect.bisect_right(self._times, now_s)
@@ -171,6 +191,7 @@ class PromStore:
             p99_ms=p99,
             request_rate_per_s=(succ + d("rejected")) / span,
             inference_rate_per_s=d("inferences") / span,
+            inference_rate_seen_per_s=self.rate_seen(now_s),
             gpu_utilization=float(np.mean(utils)) if utils else nan,
             queue_time_us=d("queue_us") / succ if succ > 0 else nan,
             avg_batch_size=d("inferences") / execs if execs > 0 else nan,

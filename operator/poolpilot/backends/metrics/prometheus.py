@@ -93,6 +93,7 @@ def assemble(
             p99_ms=get(f"p{key.latency_quantile}_ms"),
             request_rate_per_s=get("requests_per_s"),
             inference_rate_per_s=get("inferences_per_s"),
+            inference_rate_seen_per_s=get(queries.INFERENCES_SEEN),
             gpu_utilization=get("gpu_utilization", per_pool),
             queue_time_us=_ratio(get("queue_us_per_s"), success),
             avg_batch_size=_ratio(get("inferences_per_s"), get("executions_per_s")),

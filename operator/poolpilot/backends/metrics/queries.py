@@ -43,6 +43,23 @@ _TEMPLATES: Final[dict[str, tuple[str, str]]] = {
 
 FAILURES: Final = "failures_per_s"
 TOKENS: Final = "tokens_per_s"
+INFERENCES_SEEN: Final = "inferences_seen_per_s"
+
+
+def inferences_seen_query(settings: PrometheusSettings) -> Query:
+    """The inference rate the window's inferences arrived at (`Signals.inference_rate_seen_per_s`).
+
+    Each step of a subquery over the window reads the rate of the latest scrape interval (`irate`), and
+    the steps are averaged weighted by that rate: sum(r^2) / sum(r). Steps are a quarter of the window
+    (15 s for 60 s), the scrape interval the chart's PodMonitor sets; the irate range of two steps holds
+    the two samples irate needs when pods are scraped at least that often. The subquery spans the
+    window less one step: the intervals between the window's samples, which its `rate()` averages.
+    """
+    step_s = max(settings.window_s // 4, 1)
+    rate = f"sum by ({POOL_MODEL}) (irate(nv_inference_count{SELECT}[{2 * step_s}s]))"
+    sub = f"[{settings.window_s - step_s}s:{step_s}s]"
+    promql = f"sum_over_time(({rate} ^ 2){sub}) / sum_over_time(({rate}){sub})"
+    return Query(INFERENCES_SEEN, promql, by_model=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +99,7 @@ def build_queries(settings: PrometheusSettings, quantiles: set[float]) -> list[Q
         Query(name, template.format(g=group, s=SELECT, w=w), by_model=group == POOL_MODEL)
         for name, (group, template) in _TEMPLATES.items()
     ]
+    queries.append(inferences_seen_query(settings))
     queries.append(
         Query(
             FAILURES,
