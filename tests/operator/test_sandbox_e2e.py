@@ -65,11 +65,13 @@ def test_an_auto_pool_follows_a_3x_step_through_the_service(sandbox: Sandbox) ->
     kube.apply(box.cluster, pool)
 
     base_rps, duration_s = 40.0, 240.0  # 120 s at the base rate, then 120 s at 3x
-    schedule = loadgen_schedule.synthetic("step", base_rps=base_rps, duration_s=duration_s, seed=11)
+    # The step shape is 3x in its middle third: drawn over 360 s and cut at 240 s, the load ends raised.
+    step = loadgen_schedule.synthetic("step", base_rps=base_rps, duration_s=1.5 * duration_s, seed=11)
+    schedule = [a for a in step if a.offset_s < duration_s]
     config = loadgen.LoadgenConfig(
         urls=(), service=f"{NS}/chat-triton", kubeconfig=str(box.cluster.kubeconfig), model="llm_emulated"
     )
-    history: list[tuple[float, int, int]] = []  # (time, spec replicas, ready pods)
+    history: list[tuple[float, int, int, int]] = []  # (time, spec replicas, ready pods, nodes)
     records: list[loadgen.RequestRecord] = []
 
     async def drive() -> loadgen.LoadgenReport:
@@ -79,7 +81,9 @@ def test_an_auto_pool_follows_a_3x_step_through_the_service(sandbox: Sandbox) ->
             while not stop.is_set():
                 dep = await asyncio.to_thread(kube.get, box.cluster, "deployment", "chat-triton", "-n", NS)
                 ready = await asyncio.to_thread(kube.ready_pods, box.cluster, NS, PODS)
-                history.append((time.monotonic(), dep["spec"]["replicas"], len(ready)))
+                gpus = await asyncio.to_thread(kube.get, box.cluster, "gpunodepool", "sandbox-gpus")
+                nodes = int((gpus.get("status") or {}).get("nodes") or 0)
+                history.append((time.monotonic(), dep["spec"]["replicas"], len(ready), nodes))
                 await asyncio.sleep(2.0)
 
         watcher = asyncio.create_task(watch())
@@ -93,29 +97,40 @@ def test_an_auto_pool_follows_a_3x_step_through_the_service(sandbox: Sandbox) ->
     report = asyncio.run(drive())
     load_end = time.monotonic()
     # On failure: what happened, in the order it happened.
-    print("history (t, spec replicas, ready pods):", [(round(t - started), r, n) for t, r, n in history])
+    print(
+        "history (t, spec replicas, ready pods, nodes):",
+        [(round(t - started), r, n, k) for t, r, n, k in history],
+    )
     print("loadgen:", report.to_json())
     for e in kube.get(box.cluster, "events", "-n", NS)["items"]:
         print("event", e.get("lastTimestamp"), e["involvedObject"]["name"], e["reason"], e["message"][:300])
-    print("status:", json.dumps(kube.get(box.cluster, "inferencepool", "chat", "-n", NS)["status"])[:3000])
+    pool_status = kube.get(box.cluster, "inferencepool", "chat", "-n", NS)["status"]
+    for key in ("lastDecision", "nodeDemand", "signals", "replicas", "readyReplicas", "desiredReplicas"):
+        print(f"status.{key}:", json.dumps(pool_status.get(key)))
+    print("gpunodepool status:", json.dumps(kube.get(box.cluster, "gpunodepool", "sandbox-gpus")["status"]))
+    for e in kube.get(box.cluster, "events", "-n", "default")["items"]:
+        print("event", e.get("lastTimestamp"), e["involvedObject"]["name"], e["reason"], e["message"][:300])
+    print("operator log:\n", box.operator_process.tail(80))
     assert report.sent == len(schedule)
 
     # Scaled out through /scale once the step came, with Events that say why.
     initial = history[0][1]
-    assert max(r for _, r, _ in history) > initial, history
+    assert max(r for _, r, _, _ in history) > initial, history
     events = kube.get(box.cluster, "events", "-n", NS, "--field-selector", "involvedObject.name=chat")[
         "items"
     ]
     scaled = [e for e in events if e["reason"] == "ScaledOut"]
     assert scaled and all(e["message"] for e in scaled), [e["reason"] for e in events]
 
-    # The GPUs ran out: nodes were ordered through the kwok provider, with an Event saying why.
+    # The GPUs ran out: nodes were ordered through the kwok provider, with an Event saying why, and the
+    # replicas beyond the first node's GPUs became Ready on them.
     gpu_events = kube.get(
         box.cluster, "events", "-n", "default", "--field-selector", "involvedObject.name=sandbox-gpus"
     )
     ordered = [e for e in gpu_events["items"] if e["reason"] == "NodesOrdered"]
     assert ordered, [e["reason"] for e in gpu_events["items"]]
-    assert kube.get(box.cluster, "gpunodepool", "sandbox-gpus")["status"]["nodes"] >= 2
+    assert max(k for _, _, _, k in history) >= 2, history
+    assert max(n for _, _, n, _ in history) > node_pool["spec"]["gpusPerNode"], history
 
     # Back under the objective at the raised load, as Prometheus measures it from the pods (Triton's own
     # per-pod p99, what the operator controls). The generator's p99 is printed beside it: on a loaded 2-core

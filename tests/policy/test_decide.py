@@ -626,6 +626,33 @@ def test_pricing_nodes_never_trims_replicas_during_a_breach(kit: SimpleNamespace
             paid_replicas=paid_nodes * PER_NODE,
         )
         assert d.replicas >= replicas, (rate, d.reasons)
+        # ...and every replica it keeps has a GPU: on the paid nodes or in the node demand.
+        assert d.node_demand is not None
+        assert d.replicas <= max(paid_nodes * PER_NODE, d.node_demand.gpus_now), (rate, d.reasons)
+
+
+@pytest.mark.parametrize("ready", [PER_NODE, PER_NODE + 1])
+def test_replicas_the_guard_asked_for_keep_their_node_demand_while_the_breach_lasts(
+    kit: SimpleNamespace, ready: int
+) -> None:
+    """Found live (e2e): the guard asked 4→9 replicas on one paid 4-GPU node; at the next tick the node pool
+    had not yet read that demand, so pricing saw one paid node, said the paid replicas would meet the
+    objective with half its margin, and trimmed the node demand back to it while the breach kept 9 replicas:
+    5 pods pending for the rest of the step, no node ordered."""
+    spec = kit.make_spec(**ONE_CONFIG)
+    replicas = PER_NODE + 1
+    for rate in range(50, 1_200, 50):
+        state = settled_state(replicas, kit.batching(0), last_scale_change_s=NOW - 5, last_scale_up_s=NOW - 5)
+        d = decide(
+            spec,
+            state,
+            sig(float(rate), 200, ready=min(ready, replicas)),
+            NOW,
+            node_pool=kit.make_node_pool(),
+            paid_replicas=PER_NODE,
+        )
+        assert d.node_demand is not None
+        assert d.node_demand.gpus_now >= d.replicas > PER_NODE, (rate, d.replicas, d.node_demand, d.reasons)
 
 
 def test_an_objective_no_fleet_can_meet_is_named_and_buys_nothing(kit: SimpleNamespace) -> None:

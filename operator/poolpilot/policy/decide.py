@@ -1094,9 +1094,10 @@ class _Tick:
         replicas fill the nodes the plan holds anyway (idle paid GPUs buy latency for nothing). The
         node demand follows the plan, never the fill, so the node pool still shrinks: (3) a node held
         only for the margin is released when the target is met without it at the scale-in dead-band
-        (10 % more demand, the peak correction). (4) During a measured `breach` pricing may trim the
-        node plan, never the replicas below the running count (found live: a 9→8 "hold" in a breach
-        because the model said 8 would do).
+        (10 % more demand, the peak correction). (4) During a measured `breach` pricing trims neither
+        the replicas below the running count (found live: a 9→8 "hold" in a breach because the model
+        said 8 would do) nor the node demand below those replicas (found live: the guard's 4→9 lost its
+        node when the next tick saw one paid node before the node pool had read the demand).
         """
         assert self.paid_replicas is not None
         paid = _clamp(self.paid_replicas, self.r_lo, self.r_hi)
@@ -1156,6 +1157,13 @@ class _Tick:
         replicas = max(planned, fill)
         if breach:
             replicas = max(replicas, self.state.replicas)
+        if replicas > max(paid, planned):
+            # Only a breach keeps replicas beyond the paid nodes and the plan: they keep their node demand.
+            self.reasons.append(
+                f"node demand kept for {replicas} replicas while the breach lasts "
+                f"(the model priced {planned})"
+            )
+            planned = replicas
         return replicas, planned, r_ahead
 
     def remember_level(self) -> None:
