@@ -23,7 +23,7 @@ from poolpilot.policy import (
     decide,
 )
 from poolpilot.policy.model import observe, prior_model
-from poolpilot.policy.types import CurvePoint
+from poolpilot.policy.types import CurvePoint, LatencyModel
 
 NOW = 10_000.0
 # Batching pinned to one setting, for rows about replicas only.
@@ -760,13 +760,18 @@ def test_the_tail_is_learnt_only_once_the_window_has_seen_the_ready_capacity(kit
     assert just_ready.history[-1].ready == 16
 
 
+def _sixteen_settled(kit: SimpleNamespace) -> tuple[InferencePoolSpec, PoolState, LatencyModel]:
+    """A pool settled at 16 replicas under one setting, and the model it has learnt so far."""
+    spec = kit.make_spec(replicas={"min": 1, "max": 64}, **ONE_CONFIG)
+    state = settled_state(16, kit.batching(0))
+    assert state.latency_model is not None
+    return spec, state, state.latency_model
+
+
 def test_a_window_that_saw_a_burst_teaches_neither_the_tail_nor_the_curve(kit: SimpleNamespace) -> None:
     """A burst in part of the window sets its p99 at the burst's rate while the mean rate says less:
     read at the mean, that window would teach the model a tail the pool has at no one load."""
-    spec = kit.make_spec(replicas={"min": 1, "max": 64}, **ONE_CONFIG)
-    state = settled_state(16, kit.batching(0))
-    base = state.latency_model
-    assert base is not None
+    spec, state, base = _sixteen_settled(kit)
     steady = decide(spec, state, sig(400, 260, ready=16, inference_rate_seen_per_s=410.0), NOW)
     burst = decide(spec, state, sig(400, 260, ready=16, inference_rate_seen_per_s=600.0), NOW)
     assert steady.latency_model is not None and burst.latency_model is not None
@@ -785,10 +790,7 @@ def test_a_window_that_saw_a_burst_teaches_neither_the_tail_nor_the_curve(kit: S
 def test_a_backlog_is_not_a_point_of_the_measured_curve(kit: SimpleNamespace) -> None:
     """A window whose mean queue exceeds the objective is a backlog draining (or growing): its p99 says
     how long the queue was, not what that many replicas do at that load."""
-    spec = kit.make_spec(replicas={"min": 1, "max": 64}, **ONE_CONFIG)
-    state = settled_state(16, kit.batching(0))
-    base = state.latency_model
-    assert base is not None
+    spec, state, base = _sixteen_settled(kit)
     drained = decide(spec, state, sig(100, 260, ready=16, queue_time_us=20_000.0), NOW)
     backlog = decide(spec, state, sig(100, 9_000, ready=16, queue_time_us=4_000_000.0), NOW)
     assert drained.latency_model is not None and backlog.latency_model is not None
