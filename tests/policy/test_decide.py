@@ -655,6 +655,16 @@ def test_replicas_the_guard_asked_for_keep_their_node_demand_while_the_breach_la
         assert d.node_demand.gpus_now >= d.replicas > PER_NODE, (rate, d.replicas, d.node_demand, d.reasons)
 
 
+def test_a_scale_in_is_headed_by_why_replicas_come_down(kit: SimpleNamespace) -> None:
+    """The first reason is what the ScaledIn Event says. Found on the sandbox: "ScaledIn replicas 8→4:
+    batching 2000 µs / 1 instance missed the objective 75 s after it was adopted" — a note made on the way."""
+    state = settled_state(16, kit.batching(0), need=4, last_batching_change_s=NOW - 120)
+    d = decide(kit.make_spec(), state, sig(100, 145, ready=16), NOW)
+    assert d.actions == ("scale",) and d.replicas < 16, d.reasons
+    assert d.reasons[0].startswith("scale in 16→"), d.reasons
+    assert any(r.startswith("batching 0 µs / 1 instance missed the objective") for r in d.reasons), d.reasons
+
+
 def test_an_objective_no_fleet_can_meet_is_named_and_buys_nothing(kit: SimpleNamespace) -> None:
     """Execution alone (200 ms at batch 1) exceeds the 150 ms objective: say so, do not scale out."""
     spec = kit.make_spec(replicas={"min": 1, "max": 64}, **ONE_CONFIG)

@@ -345,6 +345,7 @@ class _Tick:
         self.straggler = False
         self.max_batch = spec.model.max_batch_size
         self.floor_note = ""
+        self.scale_in_why = ""  # the reason a scale-in stage gave, the headline if replicas come down
         self.floor_on = False  # the measured floor holds this tick (set by the scale-in stage)
         self.hold_rate = math.nan  # a recurring level to keep capacity for (NaN: none); remember_level
         self.recur = Recurrence(math.nan, math.nan, 0.0)  # the level memory after this tick's demand
@@ -741,7 +742,7 @@ class _Tick:
         spec, R = self.spec, self.state.replicas
         target = gate.stable_target
         chosen = fewest_replicas(s.prob, s.cur_d, s.cur_k)
-        self.reasons.append(
+        self.scale_in_why = (
             f"scale in {R}→{target} after {spec.replicas.scale_down_stabilization_seconds} s "
             f"stabilisation (max recommendation in window {gate.window_max}, dead-band needs {gate.r_strict})"
             + (
@@ -751,6 +752,7 @@ class _Tick:
             )
             + (self.hold_note(gate.r_recur) if gate.r_recur >= target else "")
         )
+        self.reasons.append(self.scale_in_why)
         return _Choice(target, chosen, s.cur_d, s.cur_k, emergency=False)
 
     def hold_or_scale_out(
@@ -979,6 +981,10 @@ class _Tick:
                 parts.append(self.floor_note)
             action = " and ".join(parts) if parts else "hold (scale-up in progress)"
             self.reasons.insert(0, f"p99 {measured:.0f} ms > {self.target_ms:.0f} ms objective: {action}")
+        elif target < R and self.scale_in_why:
+            # The headline (what an Event shows) is why replicas come down, not a note made on the way.
+            self.reasons.remove(self.scale_in_why)
+            self.reasons.insert(0, self.scale_in_why)
         elif target > R:
             self.reasons.insert(
                 0,
@@ -1143,10 +1149,11 @@ class _Tick:
                     "and demand reached that within the node lead"
                 )
             elif all(c.feasible and c.replicas <= fewer for c in strict):
-                self.reasons.append(
+                self.scale_in_why = (
                     f"release a node: {fewer} replicas meet {release_ms:.0f} ms at "
                     f"{head - 1:.0%} more demand (the objective alone held {max(planned, r_ahead)})"
                 )
+                self.reasons.append(self.scale_in_why)
                 planned = min(planned, fewer)
                 r_ahead = min(r_ahead, fewer)
         fill = min(paid, per_node * math.ceil(max(planned, r_ahead) / per_node))
