@@ -665,6 +665,41 @@ def test_a_scale_in_is_headed_by_why_replicas_come_down(kit: SimpleNamespace) ->
     assert any(r.startswith("batching 0 µs / 1 instance missed the objective") for r in d.reasons), d.reasons
 
 
+def _with_curve(state: PoolState, *points: tuple[float, float]) -> PoolState:
+    """`state` whose measured curve holds (load per replica, mean p99) points, 8 readings each."""
+    curve = tuple(CurvePoint(u, p99, 0.0, NOW - 60.0, state.replicas, 8) for u, p99 in sorted(points))
+    assert state.latency_model is not None
+    return replace(state, latency_model=replace(state.latency_model, p99_curve=curve))
+
+
+def test_a_breach_no_measured_point_met_jumps_to_where_the_measured_line_meets_the_target(
+    kit: SimpleNamespace,
+) -> None:
+    """The wait cliff: the pool's p99 falls by 0.5 ms per request/s of load per replica from a 140 ms floor;
+    the model, which learnt that as a flat tail, asked one replica more per guard step (27 moves in 3 h)."""
+    spec = kit.make_spec(replicas={"min": 1, "max": 64}, **ONE_CONFIG)
+    state = _with_curve(settled_state(20, kit.batching(0)), (40.0, 160.0), (50.0, 165.0))
+    d = decide(spec, state, sig(800, 160, ready=20), NOW)
+    # 800/s reaches 150 ms at 20/s per replica: 40 replicas (at most twice the 20 ready in one step).
+    assert d.replicas == 40, d.reasons
+    assert any(r.startswith("measured: 40 replicas reach the target at 800/s") for r in d.reasons), d.reasons
+    # Once a point meets the target there is nothing to extrapolate: the guard steps as before.
+    met = _with_curve(settled_state(20, kit.batching(0)), (30.0, 148.0), (40.0, 160.0), (50.0, 165.0))
+    assert decide(spec, met, sig(800, 160, ready=20), NOW).replicas < 40
+
+
+def test_the_measured_line_is_trusted_one_guard_step_below_its_lightest_point(kit: SimpleNamespace) -> None:
+    """Found on dev-018 (an infeasible ramp): a curve flattening towards a long-request floor read as a line
+    through a floor far below it, and asked for 1,414 replicas. Beyond half the lightest load per replica
+    measured, the guard steps as it did without the line."""
+    spec = kit.make_spec(replicas={"min": 1, "max": 256}, **ONE_CONFIG)
+    # 140 ms + 0.5 ms per request/s per replica: 150 ms at 20/s, less than half the lightest 50/s.
+    far = _with_curve(settled_state(20, kit.batching(0)), (50.0, 165.0), (60.0, 170.0))
+    d = decide(spec, far, sig(1_000, 170, ready=20), NOW)
+    assert not any(r.startswith("measured: ") for r in d.reasons), d.reasons
+    assert d.replicas <= 23, d.reasons  # the proportional step: 20 · 170 / 150
+
+
 def test_an_objective_no_fleet_can_meet_is_named_and_buys_nothing(kit: SimpleNamespace) -> None:
     """Execution alone (200 ms at batch 1) exceeds the 150 ms objective: say so, do not scale out."""
     spec = kit.make_spec(replicas={"min": 1, "max": 64}, **ONE_CONFIG)

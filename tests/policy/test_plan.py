@@ -1,9 +1,10 @@
-"""The plan's evidence rule: replicas the pool has been measured meeting the objective with."""
+"""The plan's evidence rules: replicas the pool has been measured meeting the objective with, and the line
+the guard extrapolates when no measured point meets the target."""
 
 from __future__ import annotations
 
 from poolpilot.policy import PolicyParams
-from poolpilot.policy.plan import measured_replicas
+from poolpilot.policy.plan import measured_line, measured_replicas
 from poolpilot.policy.types import CurvePoint
 
 PARAMS = PolicyParams()
@@ -30,3 +31,29 @@ def test_evidence_needs_readings_an_upper_reading_within_the_objective_and_no_mi
     assert measured_replicas((_point(50.0, 210.0), _point(100.0, 180.0)), 800.0, 200.0, PARAMS) is None
     # Measured on 12 replicas, it says nothing about 8 (fewer replicas smooth a round-robin load less).
     assert measured_replicas((_point(100.0, 180.0, replicas=12),), 800.0, 200.0, PARAMS) == 12
+
+
+def test_the_line_through_the_two_lightest_points_says_where_the_target_is() -> None:
+    # p99 = 140 ms + 0.5 ms per request/s per replica, every point above the 150 ms target.
+    curve = (_point(24.0, 152.0), _point(30.0, 155.0), _point(50.0, 165.0, readings=1))
+    line = measured_line(curve, 150.0, PARAMS)
+    assert line is not None
+    assert (round(line.floor_ms, 6), round(line.slope_ms, 6)) == (140.0, 0.5)
+    assert line.load_per_replica_at(150.0) == 20.0
+    # 1,000/s: 50 replicas reach 150 ms. The 142.5 ms objective would need 200, but past 45 replicas one
+    # more lowers the p99 by less than 1 % of it (0.5 · 1000 / R² < 1.425): 50, not 200.
+    assert line.replicas_for(1_000.0, 150.0, 142.5, PARAMS.min_gain_share) == 50
+    # Where replicas still buy much, the line goes on to the objective: 40 ms + 5 ms per request/s per
+    # replica meets 150 ms with 46 and 142.5 ms with 49.
+    steep = measured_line((_point(24.0, 160.0), _point(30.0, 190.0)), 150.0, PARAMS)
+    assert steep is not None and steep.replicas_for(1_000.0, 150.0, 142.5, PARAMS.min_gain_share) == 49
+
+
+def test_no_line_where_a_point_meets_the_target_or_two_counted_points_do_not_rise() -> None:
+    assert measured_line((_point(24.0, 149.0), _point(30.0, 155.0)), 150.0, PARAMS) is None
+    assert measured_line((_point(24.0, 155.0), _point(30.0, 155.0)), 150.0, PARAMS) is None
+    assert measured_line((_point(24.0, 152.0), _point(30.0, 155.0, readings=1)), 150.0, PARAMS) is None
+    assert measured_line((_point(24.0, 152.0),), 150.0, PARAMS) is None
+    # A rise of 3 ms between readings spread ±5 ms is a draw, not a slope (found on dev-018: 292 ± 23 ms
+    # and 322 ms read as a line through an 87 ms floor).
+    assert measured_line((_point(24.0, 152.0, sd=5.0), _point(30.0, 155.0)), 150.0, PARAMS) is None

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
-import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
@@ -264,17 +263,12 @@ def test_steady_load_converges_then_holds_for_an_hour(
     assert last.replicas <= math.ceil(1.25 * true_need) + 1, (true_need, last.reasons)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect, on main before 2026-12-05 (issue 12): near the wait cliff (a replica's gap just "
-    "under one execution) the measured p99 barely falls per replica, the guard steps +1 per cooldown, and "
-    "the model never settles between steps (pods start in 60 s, cooldown 90 s, settle 75 s)",
-)
 def test_steady_load_at_the_wait_cliff_converges_in_a_handful_of_moves(kit: SimpleNamespace) -> None:
     """A counterexample Hypothesis drew for the property above (it draws floats partly from constants in the
     loaded modules, so which examples it tries moves with unrelated code): 900/s on a plant 30 % slower in
-    the tail than its curve takes 27 moves in three hours, 18 -> 50 replicas one or two at a time. Kept as a
-    strict xfail: the fix, when it lands, has to remove the mark."""
+    the tail than its curve took 27 moves in three hours, 18 -> 54 replicas one or two at a time, because
+    the model learnt the wait for the running execution as a flat tail. The guard now extrapolates the
+    pool's measured points when none met the target (`plan.measured_line`): 9 moves, settled by 22 min."""
     spec = kit.make_spec(replicas={"min": 1, "max": 64})
     plant = kit.Plant(a_ms=55.11506694492662, b_ms=2.5516593646751957, tail_factor=1.2958143877096278)
 
@@ -283,3 +277,7 @@ def test_steady_load_at_the_wait_cliff_converges_in_a_handful_of_moves(kit: Simp
 
     run = kit.run_loop(spec, plant, load, duration_s=3 * 3600, state=PoolState(replicas=14, batching=None))
     assert sum(1 for _, d, _ in run.decisions if d.actions) <= 12
+    # ... then holds, meeting the target (as the property above asks of every steady load).
+    assert not [(t, d.reasons) for t, d, _ in run.decisions if t >= 2 * 3600 and d.actions]
+    _, last, sig = run.decisions[-1]
+    assert sig.p99_ms <= spec.slo.latency_target_ms, last.reasons

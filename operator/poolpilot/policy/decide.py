@@ -50,6 +50,7 @@ from poolpilot.policy.plan import (
     delay_candidates,
     fewest_replicas,
     instance_candidates,
+    measured_line,
     predict,
 )
 from poolpilot.policy.types import (
@@ -1249,14 +1250,47 @@ class _Tick:
         if bound:
             self.floor_note = f"more replicas would not help ({bound})"
             return True, ratio, R
-        if not self.queue_above(1.0) and math.isfinite(p_now) and p_more > 0.95 * p_now:
+        # The pool's own points, where none met the target, over the model's view of what replicas buy.
+        by_line = self.measured_step(lam)
+        if by_line is None and not self.queue_above(1.0) and math.isfinite(p_now) and p_more > 0.95 * p_now:
             self.floor_note = (
                 f"more replicas would not help (predicted {p_now:.0f} ms now, {p_more:.0f} ms at {probe})"
             )
             return True, ratio, R
         if _since(self.now, self.state.last_scale_up_s) < p.guard_cooldown_s:
             return True, ratio, R
+        if by_line is not None and by_line[0] > max(R + 1, step):
+            step, why = by_line
+            self.reasons.append(why)
         return True, ratio, max(R + 1 if self.ready >= R else R, step)
+
+    def measured_step(self, lam: float) -> tuple[int, str] | None:
+        """The guard step the pool's measured line asks for, with its reason (`plan.measured_line`; None:
+        no line, or its answer lies further below the lightest load measured than one guard step).
+
+        The line is trusted to half the lightest load per replica measured — as far as one guard step
+        (`guard_max_step_ratio`) moves the pool — and no further: beyond its points a curve that flattens
+        towards a floor (long requests' execution) reads as a line through a floor far below the real one
+        (found on dev-018, an infeasible ramp: 166 ms read through 305 and 322 ms, where 233 ms was later
+        measured at half the load; the extrapolation asked for 65, then 1,414 replicas)."""
+        p = self.p
+        line = measured_line(self.measured_curve(), self.target_ms, p)
+        if line is None or line.floor_ms >= self.target_ms:
+            return None
+        trusted_per_s = line.lightest_per_s / p.guard_max_step_ratio
+        if line.load_per_replica_at(self.target_ms) < trusted_per_s:
+            return None
+        need = min(
+            line.replicas_for(lam, self.target_ms, self.objective_ms, p.min_gain_share),
+            math.ceil(lam / trusted_per_s),
+        )
+        cap = min(self.r_hi, math.ceil(max(self.ready, 1) * p.guard_max_step_ratio))
+        why = (
+            f"measured: {need} replicas reach the target at {lam:.0f}/s on the line through the pool's two "
+            f"lightest points ({line.floor_ms:.0f} ms + {line.slope_ms:.2f} ms per request/s per replica; "
+            "none met it)" + (f": {cap} this step" if need > cap else "")
+        )
+        return min(need, cap), why
 
     def execution_bound(self, d: int, k: int) -> str:
         """Why the objective is out of reach at any fleet size, or "" when it may not be.

@@ -122,6 +122,10 @@ class PolicyParams:
     guard_cooldown_s: float = 90.0
     """Wait this long after a scale-up before scaling out again on the (lagging) measured p99 (90 s >
     settle_s: the model learns from one settled tick between two guard steps)."""
+    min_gain_share: float = 0.01
+    """Where the objective is out of reach (a flat latency floor: the model's search, the measured line
+    beyond the target), a replica is bought only while it lowers the p99 by at least this share of the
+    objective: a floor is not a capacity problem, and 1 % is below any p99 window's noise."""
     guard_queue_share: float = 0.1
     """A breach counts as execution-bound (no scale-out, "infeasible at any fleet size") only when the
     measured mean queue time is at most this share of the target: the latency is then in execution,
@@ -213,6 +217,8 @@ class PolicyParams:
             raise ValueError("curve_bucket_ratio must be > 1, curve_max_entries and curve_min_readings >= 1")
         if self.history_max_entries < 4:
             raise ValueError("history_max_entries must be >= 4")
+        if not 0 < self.min_gain_share < 1:
+            raise ValueError(f"min_gain_share must be in (0, 1), got {self.min_gain_share}")
 
 
 DEFAULT_PARAMS = PolicyParams()

@@ -130,6 +130,61 @@ def measured_replicas(
     return best
 
 
+@dataclass(frozen=True, slots=True)
+class MeasuredLine:
+    """The running setting's p99 as a line in load per replica, through its two lightest measured points:
+    `p99_ms(u) = floor_ms + slope_ms * u` (slope in ms per request/s of load per replica)."""
+
+    floor_ms: float  # the line at no load: what more replicas approach
+    slope_ms: float
+    lightest_per_s: float  # the lightest load per replica measured
+
+    def load_per_replica_at(self, p99_ms: float) -> float:
+        """Load per replica at which the line reaches `p99_ms` (0 when at or below its floor)."""
+        return max(0.0, (p99_ms - self.floor_ms) / self.slope_ms)
+
+    def replicas_for(
+        self, rate_per_s: float, target_ms: float, objective_ms: float, min_gain_share: float
+    ) -> int:
+        """Replicas the line says meet `target_ms` at `rate_per_s`, and more towards `objective_ms` while
+        each lowers the p99 by `min_gain_share` of it (at one demand the line is `floor + slope·rate / R`:
+        one replica more buys `slope·rate / R²`). Call only with the floor below the target."""
+        u_target = self.load_per_replica_at(target_ms)
+        u_objective = self.load_per_replica_at(objective_ms)
+        at_target = math.ceil(rate_per_s / u_target)
+        at_objective = math.ceil(rate_per_s / u_objective) if u_objective > 0 else math.inf
+        worth = math.ceil(math.sqrt(self.slope_ms * rate_per_s / (min_gain_share * objective_ms)))
+        return max(at_target, int(min(at_objective, worth)))
+
+
+def measured_line(
+    curve: tuple[CurvePoint, ...], target_ms: float, params: PolicyParams
+) -> MeasuredLine | None:
+    """The line to extrapolate when no measured point meets `target_ms` (None otherwise, or unless the two
+    lightest counted points rise with load by more than `curve_z` spreads of their readings).
+
+    When a replica's gap between requests is under one execution, a request mostly waits for the one
+    running: the p99 is about two executions and falls only as the share of requests that find the replica
+    busy falls, linearly in load per replica (`floor + c / replicas` at one demand). The model, which
+    learns the gap as an additive tail, then asks for one replica more per step and is disappointed each
+    time (a property test found 27 moves in three hours). The pool's own points say how far the target is.
+    Below the lightest point a line through the two lightest is optimistic where the curve is convex
+    (queueing); where it flattens towards a floor (long requests' execution) it is not, so the caller
+    trusts it only a short way below its points (`_Tick.measured_step`).
+    """
+    counted = [c for c in curve if c.readings >= params.curve_min_readings]
+    if len(counted) < 2 or any(c.p99_mean_ms <= target_ms for c in counted):
+        return None
+    a, b = sorted(counted, key=lambda c: c.rate_per_replica_per_s)[:2]
+    du = b.rate_per_replica_per_s - a.rate_per_replica_per_s
+    # The rise between them must be measured, not a draw: more than `curve_z` spreads of the readings.
+    spread_ms = params.curve_z * math.sqrt(max(a.p99_var_ms2, 0.0) + max(b.p99_var_ms2, 0.0))
+    if not (du > 0 and b.p99_mean_ms - a.p99_mean_ms > spread_ms):
+        return None
+    slope = (b.p99_mean_ms - a.p99_mean_ms) / du
+    return MeasuredLine(a.p99_mean_ms - slope * a.rate_per_replica_per_s, slope, a.rate_per_replica_per_s)
+
+
 def _fewest_modelled(prob: Problem, delay_us: int, instances: int, *, hi: int | None) -> Candidate:
     """Bisection on replicas: the model's estimate is monotone in the per-replica rate."""
     lo = max(prob.min_replicas, 1 if prob.rate_per_s > 0 else 0)
@@ -142,7 +197,7 @@ def _fewest_modelled(prob: Problem, delay_us: int, instances: int, *, hi: int | 
     if not known_ok and not _ok(prob, hi, delay_us, instances):
         # Unreachable: stop where one more replica buys less than 1 % of the objective (a flat
         # latency floor is not a capacity problem), within the utilisation cap.
-        step_ms = 0.01 * prob.objective_ms
+        step_ms = prob.params.min_gain_share * prob.objective_ms
         while lo < hi:
             mid = (lo + hi) // 2
             p_mid, u_mid = predict(prob, mid, delay_us, instances)
