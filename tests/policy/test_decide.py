@@ -655,6 +655,42 @@ def test_replicas_the_guard_asked_for_keep_their_node_demand_while_the_breach_la
         assert d.node_demand.gpus_now >= d.replicas > PER_NODE, (rate, d.replicas, d.node_demand, d.reasons)
 
 
+@pytest.mark.parametrize("p99", [140.0, 149.0])
+def test_pricing_takes_no_replicas_or_node_demand_outside_the_scale_in_gate(
+    kit: SimpleNamespace, p99: float
+) -> None:
+    """Found in review: 9 replicas asked 100 s ago on one paid 8-GPU node, and one tick under the target
+    priced the plan back onto the paid node (9→8 and the node demand with it) inside the stabilisation
+    window; the next breach would ask again. Replicas come down through the scale-in gate or a release."""
+    state = settled_state(9, kit.batching(0), last_scale_change_s=NOW - 100, last_scale_up_s=NOW - 100)
+    for rate in (100.0, 300.0, 600.0):
+        d = decide(
+            kit.make_spec(**ONE_CONFIG),
+            state,
+            sig(rate, p99, ready=8),
+            NOW,
+            node_pool=kit.make_node_pool(),
+            paid_replicas=PER_NODE,
+        )
+        assert d.replicas == 9 and d.node_demand is not None and d.node_demand.gpus_now == 9, (
+            rate,
+            d.reasons,
+        )
+
+
+def test_a_breach_asks_no_node_for_replicas_above_a_lowered_max(kit: SimpleNamespace) -> None:
+    """Found in review: replicas.max lowered to 8 under 12 running in a breach kept 12 and, with the
+    breach rule, asked nodes for 12."""
+    spec = kit.make_spec(replicas={"min": 1, "max": 8}, **ONE_CONFIG)
+    state = settled_state(12, kit.batching(0), last_scale_change_s=NOW - 5, last_scale_up_s=NOW - 5)
+    for paid in (4, 8, 12):
+        d = decide(
+            spec, state, sig(300, 200, ready=12), NOW, node_pool=kit.make_node_pool(), paid_replicas=paid
+        )
+        assert d.replicas == 8 and d.node_demand is not None, (paid, d.reasons)
+        assert d.node_demand.gpus_now <= 8 and d.node_demand.gpus_ahead <= 8, (paid, d.node_demand)
+
+
 def test_a_scale_in_is_headed_by_why_replicas_come_down(kit: SimpleNamespace) -> None:
     """The first reason is what the ScaledIn Event says. Found on the sandbox: "ScaledIn replicas 8→4:
     batching 2000 µs / 1 instance missed the objective 75 s after it was adopted" — a note made on the way."""
@@ -695,7 +731,8 @@ def test_the_measured_line_is_trusted_one_guard_step_below_its_lightest_point(ki
     spec = kit.make_spec(replicas={"min": 1, "max": 256}, **ONE_CONFIG)
     # 140 ms + 0.5 ms per request/s per replica: 150 ms at 20/s, less than half the lightest 50/s.
     far = _with_curve(settled_state(20, kit.batching(0)), (50.0, 165.0), (60.0, 170.0))
-    d = decide(spec, far, sig(1_000, 170, ready=20), NOW)
+    # The window reads the 50/s point's own level (a reading off it would widen its spread past the rise).
+    d = decide(spec, far, sig(1_000, 165, ready=20), NOW)
     assert not any(r.startswith("measured: ") for r in d.reasons), d.reasons
     assert d.replicas <= 23, d.reasons  # the proportional step: 20 · 170 / 150
 

@@ -40,7 +40,11 @@ def test_the_line_through_the_two_lightest_points_says_where_the_target_is() -> 
     assert line is not None
     assert (round(line.floor_ms, 6), round(line.slope_ms, 6)) == (140.0, 0.5)
     assert line.load_per_replica_at(150.0) == 20.0
-    # 1,000/s: 50 replicas reach 150 ms. The 142.5 ms objective would need 200, but past 45 replicas one
+    # 136 ms + 5 ms per request/s per replica reaches 150 ms at 2.8/s each: 84/s is exactly 30 replicas
+    # (2.8 is a float a hair off; found in review, it gave 31).
+    exact = measured_line((_point(4.0, 156.0), _point(5.0, 161.0)), 150.0, PARAMS)
+    assert exact is not None and exact.replicas_for(84.0, 150.0, 142.5, PARAMS.min_gain_share) == 30
+    # 1,000/s: 50 replicas reach 150 ms. The 142.5 ms objective would need 200, but past 19 replicas one
     # more lowers the p99 by less than 1 % of it (0.5 · 1000 / R² < 1.425): 50, not 200.
     assert line.replicas_for(1_000.0, 150.0, 142.5, PARAMS.min_gain_share) == 50
     # Where replicas still buy much, the line goes on to the objective: 40 ms + 5 ms per request/s per

@@ -927,7 +927,7 @@ class _Tick:
             and _since(self.now, state.last_scale_change_s) >= spec.replicas.scale_down_stabilization_seconds
         )
         return self.use_paid_nodes(
-            target, r_ahead, c.d, c.k, fc.replicas_per_s, lam_ahead, can_release=can_release, breach=g.breach
+            target, r_ahead, c.d, c.k, fc.replicas_per_s, lam_ahead, can_release=can_release
         )
 
     # -- act and explain ------------------------------------------------------------------------------
@@ -983,9 +983,13 @@ class _Tick:
             action = " and ".join(parts) if parts else "hold (scale-up in progress)"
             self.reasons.insert(0, f"p99 {measured:.0f} ms > {self.target_ms:.0f} ms objective: {action}")
         elif target < R and self.scale_in_why:
-            # The headline (what an Event shows) is why replicas come down, not a note made on the way.
+            # The headline (what an Event shows) is why replicas come down, not a note made on the way,
+            # and it names the move made (filling paid nodes may have kept more than the stage chose).
             self.reasons.remove(self.scale_in_why)
-            self.reasons.insert(0, self.scale_in_why)
+            head = self.scale_in_why
+            if not head.startswith((f"scale in {R}→{target} ", "release a node")):
+                head = f"scale in {R}→{target}: {head}"
+            self.reasons.insert(0, head)
         elif target > R:
             self.reasons.insert(
                 0,
@@ -1091,7 +1095,6 @@ class _Tick:
         lam_ahead: float,
         *,
         can_release: bool,
-        breach: bool,
     ) -> tuple[int, int, int]:
         """(replicas, planned replicas, replicas ahead) once node granularity is priced in.
 
@@ -1101,10 +1104,11 @@ class _Tick:
         replicas fill the nodes the plan holds anyway (idle paid GPUs buy latency for nothing). The
         node demand follows the plan, never the fill, so the node pool still shrinks: (3) a node held
         only for the margin is released when the target is met without it at the scale-in dead-band
-        (10 % more demand, the peak correction). (4) During a measured `breach` pricing trims neither
-        the replicas below the running count (found live: a 9→8 "hold" in a breach because the model
-        said 8 would do) nor the node demand below those replicas (found live: the guard's 4→9 lost its
-        node when the next tick saw one paid node before the node pool had read the demand).
+        (10 % more demand, the peak correction). (4) Otherwise pricing never takes replicas below the
+        running count, nor their node demand: replicas come down through the scale-in gate (the
+        stabilisation window, the dead-band) or a release, not on one tick's prices (found live: a 9→8
+        "hold" in a breach because the model said 8 would do; the guard's 4→9 lost its node when the
+        next tick saw one paid node before the node pool had read the demand, 5 pods pending).
         """
         assert self.paid_replicas is not None
         paid = _clamp(self.paid_replicas, self.r_lo, self.r_hi)
@@ -1118,17 +1122,25 @@ class _Tick:
             1.0 - self.spec.slo.margin_ratio * max(self.p.node_release_margin_share, self.p.node_margin_share)
         )
         planned = target
+        # What the scale-in stages left: the target if they chose one below the running count, else that.
+        keep = min(target, self.state.replicas)
         if max(planned, r_ahead) > paid:
             now_ok = fewest_replicas(self.problem(lam_plan, node_ms), d, k)
             ahead_ok = fewest_replicas(self.problem(lam_ahead, node_ms), d, k)
             if now_ok.feasible and ahead_ok.feasible and max(now_ok.replicas, ahead_ok.replicas) <= paid:
-                self.reasons.append(
-                    f"margin without a new node: {paid} replicas on the paid nodes meet "
-                    f"{node_ms:.0f} ms (the {self.objective_ms:.0f} ms objective would "
-                    f"need {max(planned, r_ahead)})"
-                )
-                planned = min(planned, paid)
-                r_ahead = min(r_ahead, paid)
+                if keep > paid:
+                    self.reasons.append(
+                        f"no node opened for the margin, none taken from the {keep} replicas asked: "
+                        "replicas come down through the scale-in gate, so their node demand stays"
+                    )
+                else:
+                    self.reasons.append(
+                        f"margin without a new node: {paid} replicas on the paid nodes meet "
+                        f"{node_ms:.0f} ms (the {self.objective_ms:.0f} ms objective would "
+                        f"need {max(planned, r_ahead)})"
+                    )
+                planned = max(min(planned, paid), keep)
+                r_ahead = min(r_ahead, planned)
         fewer = paid - per_node
         if can_release and fewer >= self.r_lo and max(planned, r_ahead) > fewer:
             head = 1.0 + self.p.scale_in_demand_headroom
@@ -1162,17 +1174,7 @@ class _Tick:
             self.reasons.append(
                 f"fill paid nodes: {fill} replicas on GPUs already paid for (the plan needs {planned})"
             )
-        replicas = max(planned, fill)
-        if breach:
-            replicas = max(replicas, self.state.replicas)
-        if replicas > max(paid, planned):
-            # Only a breach keeps replicas beyond the paid nodes and the plan: they keep their node demand.
-            self.reasons.append(
-                f"node demand kept for {replicas} replicas while the breach lasts "
-                f"(the model priced {planned})"
-            )
-            planned = replicas
-        return replicas, planned, r_ahead
+        return max(planned, fill), planned, r_ahead
 
     def remember_level(self) -> None:
         """Recurrence stage: update the level memory; hold capacity for it through a trough that is no
@@ -1252,6 +1254,8 @@ class _Tick:
             return True, ratio, R
         # The pool's own points, where none met the target, over the model's view of what replicas buy.
         by_line = self.measured_step(lam)
+        if by_line is not None and by_line[0] <= max(R + 1, step):
+            by_line = None  # the line asks for no more than the guard would: the model's rules stand
         if by_line is None and not self.queue_above(1.0) and math.isfinite(p_now) and p_more > 0.95 * p_now:
             self.floor_note = (
                 f"more replicas would not help (predicted {p_now:.0f} ms now, {p_more:.0f} ms at {probe})"
@@ -1259,7 +1263,7 @@ class _Tick:
             return True, ratio, R
         if _since(self.now, self.state.last_scale_up_s) < p.guard_cooldown_s:
             return True, ratio, R
-        if by_line is not None and by_line[0] > max(R + 1, step):
+        if by_line is not None:
             step, why = by_line
             self.reasons.append(why)
         return True, ratio, max(R + 1 if self.ready >= R else R, step)
@@ -1275,7 +1279,9 @@ class _Tick:
         measured at half the load; the extrapolation asked for 65, then 1,414 replicas)."""
         p = self.p
         line = measured_line(self.measured_curve(), self.target_ms, p)
-        if line is None or line.floor_ms >= self.target_ms:
+        if line is None or not (math.isfinite(line.floor_ms) and line.slope_ms > 0):
+            return None
+        if line.floor_ms >= self.target_ms:
             return None
         trusted_per_s = line.lightest_per_s / p.guard_max_step_ratio
         if line.load_per_replica_at(self.target_ms) < trusted_per_s:

@@ -151,8 +151,8 @@ class MeasuredLine:
         one replica more buys `slope·rate / R²`). Call only with the floor below the target."""
         u_target = self.load_per_replica_at(target_ms)
         u_objective = self.load_per_replica_at(objective_ms)
-        at_target = math.ceil(rate_per_s / u_target)
-        at_objective = math.ceil(rate_per_s / u_objective) if u_objective > 0 else math.inf
+        at_target = math.ceil(rate_per_s / u_target - 1e-9)
+        at_objective = math.ceil(rate_per_s / u_objective - 1e-9) if u_objective > 0 else math.inf
         worth = math.ceil(math.sqrt(self.slope_ms * rate_per_s / (min_gain_share * objective_ms)))
         return max(at_target, int(min(at_objective, worth)))
 
