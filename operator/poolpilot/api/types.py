@@ -955,6 +955,12 @@ class PoolDemand(_StatusModel):
     gpus_ahead: int | None = Field(
         default=None, ge=0, alias="gpusAhead", description="GPUs the pool needs one node lead time ahead."
     )
+    gpus_per_replica: int | None = Field(
+        default=None,
+        ge=1,
+        alias="gpusPerReplica",
+        description="GPUs of one of the pool's replicas (the packing unit); absent means 1.",
+    )
     hold: bool | None = Field(
         default=None, description="True when the pool's demand may not shrink the node pool (see NodeDemand)."
     )

@@ -299,6 +299,7 @@ def _fill_status(
                 name=e.name,
                 gpus=e.demand.gpus_now,
                 gpus_ahead=e.demand.gpus_ahead,
+                gpus_per_replica=e.demand.gpus_per_replica,
                 hold=e.demand.hold or None,
             ).to_wire()
             for e in sorted(entries, key=lambda e: (e.namespace, e.name))

@@ -28,8 +28,9 @@ from poolpilot.backends.batching import same_batching
 from poolpilot.backends.kube import Cluster, ClusterError, ObjectRef
 from poolpilot.backends.workloads import ScaleConflict
 from poolpilot.policy import PoolTick, batching_failed, paid_replicas_on, pool_tick
+from poolpilot.policy.nodes import size_node_pool
 from poolpilot.policy.persist import StateFormatError, state_from_wire, state_to_wire
-from poolpilot.policy.types import BatchingConfig, Decision, PolicyAction, PoolState, Signals
+from poolpilot.policy.types import BatchingConfig, Decision, NodePoolDemand, PolicyAction, PoolState, Signals
 from poolpilot.reconcile import rollout as ro
 from poolpilot.reconcile import telemetry
 from poolpilot.reconcile.observe import (
@@ -101,8 +102,17 @@ def _restore_state(previous: Mapping[str, Any] | None) -> tuple[PoolState | None
         return None, f"policy memory in status unreadable ({exc}): starting fresh"
 
 
-def _paid_replicas(observed: Observed, ref: ObjectRef) -> int | None:
-    """Replicas this pool may run on the node pool's requested GPUs left by its other tenants."""
+def _paid_replicas(observed: Observed, ref: ObjectRef, previous: Mapping[str, Any] | None) -> int | None:
+    """Replicas this pool may run on the node pool's requested GPUs left by its other tenants, once the
+    node pool has read the demand this pool published last tick.
+
+    The node pool reconciles on its own clock, so its `desiredNodes` can predate this pool's last
+    demand. Read as it stands, a node this pool just released still looks paid for, and "fill paid
+    nodes" puts the released replicas straight back (seen on the sandbox: 8→4 by a release, 4→8 five
+    seconds later, the node never removed). Sized again with that demand by the node pool's own rule
+    (`size_node_pool`), the paid nodes are those the simulator sees, where the node pool is sized
+    inside the tick.
+    """
     spec, np = observed.spec, observed.node_pool
     if spec is None or np is None or spec.node_pool is None:
         return None
@@ -110,12 +120,59 @@ def _paid_replicas(observed: Observed, ref: ObjectRef) -> int | None:
     nodes = status.get("desiredNodes", status.get("nodes"))
     if not isinstance(nodes, int):
         return None
-    others = sum(
-        int(p.get("gpus") or 0)
-        for p in status.get("pools") or []
-        if (p.get("namespace"), p.get("name")) != (ref.namespace, ref.name)
+    recorded = [d for d in (_recorded_demand(p) for p in status.get("pools") or []) if d is not None]
+    others = [d for key, d in recorded if key != (ref.namespace, ref.name)]
+    mine = [d for key, d in recorded if key == (ref.namespace, ref.name)]
+    own = _own_demand(previous, spec.node_pool.name)
+    complete = len(status.get("pools") or []) < api.POOLS_MAX_ITEMS or bool(mine)
+    if own is not None and complete and (not mine or not _same_demand(own, mine[0])):
+        nodes = size_node_pool(np, [*others, own], nodes).nodes
+    return paid_replicas_on(np, nodes, sum(d.gpus_now for d in others), spec.node_pool.gpus_per_replica)
+
+
+def _recorded_demand(raw: Any) -> tuple[tuple[str, str], NodePoolDemand] | None:
+    """One pool's demand as the node pool recorded it in its status (None when unreadable)."""
+    try:
+        entry = api.PoolDemand.model_validate(raw)
+    except ValueError:
+        return None
+    demand = NodePoolDemand(
+        node_pool="",
+        gpus_now=entry.gpus,
+        gpus_ahead=entry.gpus_ahead if entry.gpus_ahead is not None else entry.gpus,
+        gpus_per_replica=entry.gpus_per_replica or 1,
+        hold=bool(entry.hold),
     )
-    return paid_replicas_on(np, nodes, others, spec.node_pool.gpus_per_replica)
+    return (entry.namespace, entry.name), demand
+
+
+def _own_demand(previous: Mapping[str, Any] | None, node_pool: str) -> NodePoolDemand | None:
+    """The demand this pool published last tick on `node_pool` (None when there is none)."""
+    raw = (previous or {}).get("nodeDemand")
+    if not raw:
+        return None
+    try:
+        demand = api.NodeDemand.model_validate(raw)
+    except ValueError:
+        return None
+    if demand.node_pool != node_pool:
+        return None
+    return NodePoolDemand(
+        node_pool="",
+        gpus_now=demand.gpus_now,
+        gpus_ahead=demand.gpus_ahead,
+        gpus_per_replica=demand.gpus_per_replica,
+        hold=demand.hold,
+    )
+
+
+def _same_demand(a: NodePoolDemand, b: NodePoolDemand) -> bool:
+    """Whether the node pool has read this demand (what it sizes on: GPUs now and ahead, hold)."""
+    return (a.gpus_now, max(a.gpus_ahead, a.gpus_now), a.hold) == (
+        b.gpus_now,
+        max(b.gpus_ahead, b.gpus_now),
+        b.hold,
+    )
 
 
 def _cost(observed: Observed) -> Cost:
@@ -176,7 +233,7 @@ def decide(observed: Observed, ref: ObjectRef, previous: Mapping[str, Any] | Non
         replicas=scale.spec_replicas,
         batching=setting,
         node_pool=observed.node_pool,
-        paid_replicas=_paid_replicas(observed, ref),
+        paid_replicas=_paid_replicas(observed, ref, previous),
         hold_reason=_hold_reason(observed),
     )
     return Plan(result, setting, ready, refused, cost, state_note)
