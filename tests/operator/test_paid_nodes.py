@@ -84,3 +84,15 @@ def test_other_tenants_keep_their_gpus_when_this_pool_releases(pool_body: Body, 
     assert reconcile._paid_replicas(observed, REF, _demand(4)) == 5
     # A demand on another node pool (the spec moved) says nothing about this one.
     assert reconcile._paid_replicas(observed, REF, _demand(4, node_pool="h100")) == 9
+
+
+def test_a_full_pools_list_is_not_resized_from(pool_body: Body, node_pool_body: Body) -> None:
+    """At `POOLS_MAX_ITEMS` the node pool's list may be truncated: tenants missing from it would be sized as
+    absent, so the node pool's own count stands."""
+    pools = [_entry(f"p{i}", 0, "team-z") for i in range(api.POOLS_MAX_ITEMS - 1)] + [_entry("chat", 8)]
+    observed = _observed(pool_body, node_pool_body, (1, 4), 2, pools)
+    assert reconcile._paid_replicas(observed, REF, _demand(4)) == 8
+    assert (
+        reconcile._paid_replicas(_observed(pool_body, node_pool_body, (1, 4), 2, pools[-2:]), REF, _demand(4))
+        == 4
+    )

@@ -104,17 +104,22 @@ def collect_demands(
             PoolEntry(
                 namespace,
                 str(meta.get("name", "")),
-                NodePoolDemand(
-                    node_pool=name,
-                    gpus_now=demand.gpus_now,
-                    gpus_ahead=demand.gpus_ahead,
-                    gpus_per_replica=demand.gpus_per_replica,
-                    hold=demand.hold or stale,
-                ),
+                node_pool_demand(demand, stale=stale),
                 stale,
             )
         )
     return out
+
+
+def node_pool_demand(demand: api.NodeDemand, *, stale: bool = False) -> NodePoolDemand:
+    """A pool's published demand as `size_node_pool` takes it (a stale demand holds the node pool)."""
+    return NodePoolDemand(
+        node_pool=demand.node_pool,
+        gpus_now=demand.gpus_now,
+        gpus_ahead=demand.gpus_ahead,
+        gpus_per_replica=demand.gpus_per_replica,
+        hold=demand.hold or stale,
+    )
 
 
 def _nodes_ready_condition(

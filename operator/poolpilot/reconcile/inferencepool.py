@@ -33,6 +33,7 @@ from poolpilot.policy.persist import StateFormatError, state_from_wire, state_to
 from poolpilot.policy.types import BatchingConfig, Decision, NodePoolDemand, PolicyAction, PoolState, Signals
 from poolpilot.reconcile import rollout as ro
 from poolpilot.reconcile import telemetry
+from poolpilot.reconcile.gpunodepool import node_pool_demand
 from poolpilot.reconcile.observe import (
     Observed,
     PodView,
@@ -120,30 +121,33 @@ def _paid_replicas(observed: Observed, ref: ObjectRef, previous: Mapping[str, An
     nodes = status.get("desiredNodes", status.get("nodes"))
     if not isinstance(nodes, int):
         return None
-    recorded = [d for d in (_recorded_demand(p) for p in status.get("pools") or []) if d is not None]
-    others = [d for key, d in recorded if key != (ref.namespace, ref.name)]
-    mine = [d for key, d in recorded if key == (ref.namespace, ref.name)]
+    pools = status.get("pools") or []
+    key = (ref.namespace, ref.name)
+    others_gpus = sum(int(p.get("gpus") or 0) for p in pools if (p.get("namespace"), p.get("name")) != key)
     own = _own_demand(previous, spec.node_pool.name)
-    complete = len(status.get("pools") or []) < api.POOLS_MAX_ITEMS or bool(mine)
-    if own is not None and complete and (not mine or not _same_demand(own, mine[0])):
-        nodes = size_node_pool(np, [*others, own], nodes).nodes
-    return paid_replicas_on(np, nodes, sum(d.gpus_now for d in others), spec.node_pool.gpus_per_replica)
+    # A full list may have been truncated: other tenants missing from it would be sized as absent.
+    if own is not None and len(pools) < api.POOLS_MAX_ITEMS:
+        mine = next((p for p in pools if (p.get("namespace"), p.get("name")) == key), None)
+        read = _recorded_demand(mine) if mine is not None else None
+        if read is None or not _same_demand(own, read):  # only then are the others parsed
+            others = [_recorded_demand(p) for p in pools if p is not mine]
+            nodes = size_node_pool(np, [*(d for d in others if d is not None), own], nodes).nodes
+    return paid_replicas_on(np, nodes, others_gpus, spec.node_pool.gpus_per_replica)
 
 
-def _recorded_demand(raw: Any) -> tuple[tuple[str, str], NodePoolDemand] | None:
+def _recorded_demand(raw: Any) -> NodePoolDemand | None:
     """One pool's demand as the node pool recorded it in its status (None when unreadable)."""
     try:
         entry = api.PoolDemand.model_validate(raw)
     except ValueError:
         return None
-    demand = NodePoolDemand(
+    return NodePoolDemand(
         node_pool="",
         gpus_now=entry.gpus,
         gpus_ahead=entry.gpus_ahead if entry.gpus_ahead is not None else entry.gpus,
         gpus_per_replica=entry.gpus_per_replica or 1,
         hold=bool(entry.hold),
     )
-    return (entry.namespace, entry.name), demand
 
 
 def _own_demand(previous: Mapping[str, Any] | None, node_pool: str) -> NodePoolDemand | None:
@@ -155,15 +159,7 @@ def _own_demand(previous: Mapping[str, Any] | None, node_pool: str) -> NodePoolD
         demand = api.NodeDemand.model_validate(raw)
     except ValueError:
         return None
-    if demand.node_pool != node_pool:
-        return None
-    return NodePoolDemand(
-        node_pool="",
-        gpus_now=demand.gpus_now,
-        gpus_ahead=demand.gpus_ahead,
-        gpus_per_replica=demand.gpus_per_replica,
-        hold=demand.hold,
-    )
+    return node_pool_demand(demand) if demand.node_pool == node_pool else None
 
 
 def _same_demand(a: NodePoolDemand, b: NodePoolDemand) -> bool:
