@@ -178,17 +178,28 @@ def test_an_auto_pool_follows_a_3x_step_through_the_service(sandbox: Sandbox) ->
     # already needs fewer replicas than the step did).
     per_node = node_pool["spec"]["gpusPerNode"]
 
+    decisions: list[tuple[float, str]] = []  # each new status.lastDecision after the load, printed below
+
     def settled() -> bool:
         dep = kube.get(box.cluster, "deployment", "chat-triton", "-n", NS)
         gpus = kube.get(box.cluster, "gpunodepool", "sandbox-gpus")
         nodes = int((gpus.get("status") or {}).get("desiredNodes") or 0)
         history.append((time.monotonic(), dep["spec"]["replicas"], -1, nodes))
+        pool_now = kube.get(box.cluster, "inferencepool", "chat", "-n", NS)
+        text = json.dumps(pool_now["status"].get("lastDecision") or {}, ensure_ascii=False)
+        if not decisions or decisions[-1][1] != text:
+            decisions.append((time.monotonic(), text))
         return nodes == node_pool["spec"]["nodes"]["min"] and dep["spec"]["replicas"] <= per_node
 
     kube.wait_for(
         settled, "one node and its replicas after the load", 300, interval_s=2.0, watch=box.operator_process
     )
     print("history to the end:", [(round(t - started), r, k) for t, r, _, k in history])
+    for t, text in decisions:
+        print(f"decision seen at {t - started:.0f} s:", text[:1200])
+    timed = kube.get(box.cluster, "events", "-n", NS)["items"]
+    for e in sorted(timed, key=lambda e: e.get("lastTimestamp") or ""):
+        print("event", e.get("lastTimestamp"), e["involvedObject"]["name"], e["reason"], e["message"][:300])
 
     # No flapping. Changes are seen between two samples, so each gap is taken at its widest.
     # (1) The fleet holds still for the stabilisation window before it shrinks.

@@ -302,7 +302,7 @@ def test_breach_at_the_latency_floor_does_not_buy_replicas(kit: SimpleNamespace)
     d = decide(
         spec,
         state,
-        sig(2, 420, ready=8, avg_batch_size=1.0, compute_us_per_exec=202_000.0),
+        sig(20, 420, ready=8, avg_batch_size=1.0, compute_us_per_exec=202_000.0),
         NOW,
         params=params,
     )
@@ -1024,3 +1024,56 @@ def test_the_pool_measured_meeting_the_objective_overrules_a_pessimistic_model(k
     assert any(r.startswith("measured: 9 replicas meet the objective at 720/s") for r in measured.reasons)
     # A miss measured at less load per replica says the meet was a lucky draw: the model decides.
     assert run(CurvePoint(60.0, 150.0, 0.0, NOW - 60, 8, 8), met).replicas == 16
+
+
+def test_a_released_node_is_not_asked_back_on_the_next_tick_at_the_same_demand(kit: SimpleNamespace) -> None:
+    """A release lowers the replicas below what the objective's margin asks (the target itself is met at
+    more demand); the next tick, with the node pool having read the release and the same signals, must
+    not scale back out for that margin (found live: 8→4 by a release, 4→7 five seconds later, 7→8 to
+    fill the node asked for again, at the same demand)."""
+    spec = kit.make_spec(**ONE_CONFIG)
+    released = 0
+    for rate, _, priced in _sweep(kit, 2 * PER_NODE, 2 * PER_NODE):
+        if not any(r.startswith("release a node") for r in priced.reasons):
+            continue
+        released += 1
+        state = advance(settled_state(2 * PER_NODE, kit.batching(0)), priced, NOW)
+        after = decide(
+            spec,
+            state,
+            sig(rate, 120, ready=priced.replicas),
+            NOW + spec.tick_seconds,
+            node_pool=kit.make_node_pool(),
+            paid_replicas=PER_NODE,
+        )
+        assert after.replicas <= priced.replicas, (rate, after.reasons)
+        assert after.node_demand is not None, after.reasons
+        assert after.node_demand.gpus_ahead <= PER_NODE, (rate, after.reasons)
+    assert released > 0
+
+
+def test_a_p99_read_on_too_few_requests_per_pod_is_no_breach(kit: SimpleNamespace) -> None:
+    """Each pod reports its own p99 over its last minute (Triton's summary) and the pool reads the worst:
+    with fewer than 100 requests a pod's p99 is its slowest request (a sandbox run, 40 s after the load
+    stopped: a node release 8→4, then 4→7 at the guard's first allowed tick, on a window holding ~95
+    requests per pod). Pods that served earlier in the window count: their requests are in the pool's
+    rate."""
+    spec = kit.make_spec(**ONE_CONFIG)
+    base = settled_state(PER_NODE, kit.batching(0), last_scale_change_s=NOW - 5)
+    served = replace(
+        base,
+        history=tuple(replace(e, ready=2 * PER_NODE if e.time_s > NOW - 60 else None) for e in base.history),
+    )
+
+    def tick(state: PoolState, rate: float) -> Decision:
+        signals = sig(rate, 200, ready=PER_NODE, inference_rate_seen_per_s=100)
+        return decide(spec, state, signals, NOW, node_pool=kit.make_node_pool(), paid_replicas=PER_NODE)
+
+    drained = tick(served, 20)  # 1,200 requests over the 16 pods that served them: 75 each
+    assert drained.replicas == PER_NODE, drained.reasons
+    assert any("requests per serving pod" in r for r in drained.reasons), drained.reasons
+    assert drained.latency_model.floor_replicas == 0, drained.reasons
+    # The same reading on 150 requests per pod is a breach: the guard scales out.
+    assert tick(served, 40).replicas > PER_NODE
+    # ... and so is 1,200 requests over the 8 pods that serve now, with none before them.
+    assert tick(base, 20).replicas > PER_NODE

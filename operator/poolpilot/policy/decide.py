@@ -65,8 +65,6 @@ from poolpilot.policy.types import (
     Signals,
 )
 
-# Fewest requests in the p99 window for a breach to count (a p99 of 3 requests is noise).
-_MIN_REQUESTS_FOR_BREACH = 20.0
 _P99_WINDOW_S = 60.0
 
 
@@ -450,6 +448,28 @@ class _Tick:
         obs = max(0.0, s.p99_ms - compute_ms - queue_ms)
         al = p.correction_alpha
         self.model = replace(self.model, spread_ms=(1 - al) * self.model.spread_ms + al * obs)
+
+    def p99_sampled(self) -> bool:
+        """Whether the p99 reading rests on enough requests to be that quantile, not the slowest request.
+
+        The reading is the worst pod's quantile over its own window (Triton's summary; a histogram's is
+        pool-wide, this is the stricter of the two): with fewer than 1/(1 − q) requests a pod's quantile
+        is its slowest one, and the max over pods the slowest request of the whole window. Pods that
+        served earlier in the window count: their requests are in the pool's rate. A pod under that
+        count also idles: at a 500 ms objective, a pod busy all minute serves 120 requests, so more
+        replicas shorten no queue (a sandbox run, 40 s after the load stopped: a node release 8→4, then
+        4→7 at the first tick the guard's cooldown allowed, the draining window holding ~95 requests per
+        pod; docs/policy.md). A mean queue over the target counts on
+        any sample: a mean is not a tail, and a backlog is what replicas shorten.
+        """
+        if self.queue_above(1.0):
+            return True
+        window = [
+            e.ready for e in self.state.history if e.ready is not None and e.time_s > self.now - _P99_WINDOW_S
+        ]
+        pods = max([self.ready, 1, *window])
+        tail = 1.0 - self.spec.slo.latency_quantile
+        return self.requests_in_window * tail >= pods * (1.0 - 1e-9)
 
     def capacity_steady(self) -> bool:
         """Whether the ready replicas have been what they are now for `settle_s` (as recorded each tick).
@@ -1052,7 +1072,7 @@ class _Tick:
         the margin overwrote it, and the node that was to relieve them was released as it arrived).
         """
         measured = self.sig.p99_ms
-        measured_short = _finite(measured) and measured > self.objective_ms
+        measured_short = _finite(measured) and measured > self.objective_ms and self.p99_sampled()
         serving = min(self.state.replicas, self.ready)
         if planned > serving > 0 and measured_short and self.capacity_steady():
             if not self.floor_on or serving + 1 >= floor:
@@ -1234,11 +1254,14 @@ class _Tick:
         queue alone exceeds the target: a queue is what replicas shorten, whatever the model says.
         """
         p, R, measured = self.p, self.state.replicas, self.sig.p99_ms
-        breach = (
-            _finite(measured)
-            and measured > self.target_ms
-            and self.requests_in_window >= _MIN_REQUESTS_FOR_BREACH
-        )
+        over = _finite(measured) and measured > self.target_ms
+        breach = over and self.p99_sampled()
+        if over and not breach:
+            fewest = 1.0 / (1.0 - self.spec.slo.latency_quantile)
+            self.reasons.append(
+                f"p99 {measured:.0f} ms read on fewer than {fewest:.0f} requests per serving pod "
+                "(each pod's slowest request, not its quantile): no breach"
+            )
         self.floor_note = ""
         if not breach:
             return False, 1.0, 0
