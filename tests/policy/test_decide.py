@@ -1077,3 +1077,24 @@ def test_a_p99_read_on_too_few_requests_per_pod_is_no_breach(kit: SimpleNamespac
     assert tick(served, 40).replicas > PER_NODE
     # ... and so is 1,200 requests over the 8 pods that serve now, with none before them.
     assert tick(base, 20).replicas > PER_NODE
+
+
+def test_an_execution_bound_breach_lets_the_fleet_come_down_to_capacity(kit: SimpleNamespace) -> None:
+    """One execution already exceeds the objective, so the breach is permanent and no replica count removes
+    it: it must not pin the fleet (found in the suite, dev-027: 80 replicas held through the last 16
+    minutes of a falling diurnal load, because every tick was a breach and a breach blocked the scale-in).
+    The fleet comes down through the stabilisation window to what the plan asks for capacity, and says so.
+    """
+    spec = kit.make_spec(**ONE_CONFIG)
+    params = PolicyParams(prior_a_ms=200.0)
+    state = settled_state(32, kit.batching(0))
+    signals = sig(60, 420, ready=None, avg_batch_size=1.0, compute_us_per_exec=202_000.0)
+    seen = []
+    for i in range(60):  # 15 minutes of ticks
+        now = NOW + i * spec.tick_seconds
+        d = decide(spec, state, replace(signals, ready_replicas=state.replicas), now, params=params)
+        seen.append(d.replicas)
+        state = advance(state, d, now)
+    assert max(seen) <= 32, seen
+    assert state.replicas < 32, d.reasons
+    assert any("infeasible at any fleet size" in r for r in d.reasons), d.reasons

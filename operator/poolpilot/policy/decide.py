@@ -260,6 +260,7 @@ class _Guarded:
     r_guard: int  # replicas the breach asks for (0: none)
     need: int  # the recommendation recorded for the stabilisation window
     lost: bool  # replicas that should be ready are not
+    bound: bool = False  # the breach is execution-bound: no replica count removes it
 
 
 @dataclass(frozen=True)
@@ -344,6 +345,7 @@ class _Tick:
         self.straggler = False
         self.max_batch = spec.model.max_batch_size
         self.floor_note = ""
+        self.breach_bound = False  # the breach is execution-bound (set by the guard)
         self.scale_in_why = ""  # the reason a scale-in stage gave, the headline if replicas come down
         self.floor_on = False  # the measured floor holds this tick (set by the scale-in stage)
         self.hold_rate = math.nan  # a recurring level to keep capacity for (NaN: none); remember_level
@@ -613,7 +615,10 @@ class _Tick:
         """Guard stage: a measured breach acts now, in proportion to it; capacity that should be ready and
         is not is kept (no scale-in) and counted in the node demand."""
         breach, ratio, r_guard = self.guard(s.cur_d, s.cur_k, lam_plan)
-        need = max(s.cand_best.replicas, r_guard)
+        # An execution-bound breach holds nothing: the replicas it keeps would buy no latency, so the
+        # window records what the plan asks for (capacity) and the fleet may come down to it.
+        bound = breach and self.breach_bound
+        need = s.cand_best.replicas if bound else max(s.cand_best.replicas, r_guard)
         R = self.state.replicas
         # A pod waiting for a node the pool asked for is not lost before that node's lead time is up.
         grace_s = self.p.lost_capacity_grace_s
@@ -630,7 +635,7 @@ class _Tick:
                 f"lost capacity: {self.ready}/{R} replicas ready {when}: keep {R} "
                 f"replicas (no scale-in), node demand counts {(R - self.ready) * gpr} lost GPUs"
             )
-        return _Guarded(breach, ratio, r_guard, need, lost)
+        return _Guarded(breach, ratio, r_guard, need, lost, bound)
 
     # -- gates ----------------------------------------------------------------------------------------
     def forced_stage(self, s: _Search, g: _Guarded, *, oom: bool) -> _Forced:
@@ -738,7 +743,7 @@ class _Tick:
         go = (
             stable_target < R
             and not within_tolerance
-            and not g.breach
+            and (not g.breach or g.bound)
             and not g.lost
             and not f.forced
             and covered
@@ -887,7 +892,7 @@ class _Tick:
         """Say why the plan's fewer replicas are not taken this tick (nothing to say in a breach)."""
         spec, R = self.spec, self.state.replicas
         stab_s = spec.replicas.scale_down_stabilization_seconds
-        if g.lost or g.breach:
+        if g.lost or (g.breach and not g.bound):
             return
         if not gate.covered:
             self.reasons.append(f"scale in deferred: less than {stab_s} s of recommendations recorded")
@@ -992,7 +997,7 @@ class _Tick:
     ) -> None:
         """Explain stage: the headline reason first, then the batching move, steady state and model."""
         spec, R, measured = self.spec, self.state.replicas, self.sig.p99_ms
-        if g.breach:
+        if g.breach and not (g.bound and target < R):
             parts = []
             if c.emergency:
                 parts.append(f"cut queue delay {s.cur_d}→{c.d} µs")
@@ -1072,7 +1077,9 @@ class _Tick:
         the margin overwrote it, and the node that was to relieve them was released as it arrived).
         """
         measured = self.sig.p99_ms
-        measured_short = _finite(measured) and measured > self.objective_ms and self.p99_sampled()
+        # Not evidence: a reading on too few requests, or a miss no replica count removes.
+        sampled = self.p99_sampled() and not self.breach_bound
+        measured_short = _finite(measured) and measured > self.objective_ms and sampled
         serving = min(self.state.replicas, self.ready)
         if planned > serving > 0 and measured_short and self.capacity_steady():
             if not self.floor_on or serving + 1 >= floor:
@@ -1263,6 +1270,7 @@ class _Tick:
                 "(each pod's slowest request, not its quantile): no breach"
             )
         self.floor_note = ""
+        self.breach_bound = False
         if not breach:
             return False, 1.0, 0
         ratio = measured / self.target_ms
@@ -1274,6 +1282,7 @@ class _Tick:
         bound = self.execution_bound(d, k)
         if bound:
             self.floor_note = f"more replicas would not help ({bound})"
+            self.breach_bound = True
             return True, ratio, R
         # The pool's own points, where none met the target, over the model's view of what replicas buy.
         by_line = self.measured_step(lam)
