@@ -461,8 +461,8 @@ class _Tick:
         count also idles: at a 500 ms objective, a pod busy all minute serves 120 requests, so more
         replicas shorten no queue (a sandbox run, 40 s after the load stopped: a node release 8→4, then
         4→7 at the first tick the guard's cooldown allowed, the draining window holding ~95 requests per
-        pod; docs/policy.md). A mean queue over the target counts on
-        any sample: a mean is not a tail, and a backlog is what replicas shorten.
+        pod; docs/policy.md). A mean queue over the target counts on any sample: a mean is not a tail,
+        and a backlog is what replicas shorten.
         """
         if self.queue_above(1.0):
             return True
