@@ -452,17 +452,19 @@ class _Tick:
         self.model = replace(self.model, spread_ms=(1 - al) * self.model.spread_ms + al * obs)
 
     def p99_sampled(self) -> bool:
-        """Whether the p99 reading rests on enough requests to be that quantile, not the slowest request.
+        """Whether a p99 over the target is evidence (a breach, a measured floor, a failed setting): read on
+        enough requests to be more than the slowest one, or with a mean queue over the target.
 
         The reading is the worst pod's quantile over its own window (Triton's summary; a histogram's is
-        pool-wide, this is the stricter of the two): with fewer than 1/(1 − q) requests a pod's quantile
-        is its slowest one, and the max over pods the slowest request of the whole window. Pods that
-        served earlier in the window count: their requests are in the pool's rate. A pod under that
-        count also idles: at a 500 ms objective, a pod busy all minute serves 120 requests, so more
-        replicas shorten no queue (a sandbox run, 40 s after the load stopped: a node release 8→4, then
-        4→7 at the first tick the guard's cooldown allowed, the draining window holding ~95 requests per
-        pod; docs/policy.md). A mean queue over the target counts on any sample: a mean is not a tail,
-        and a backlog is what replicas shorten.
+        pool-wide, where this count is stricter than needed): with fewer than 1/(1 − q) requests a pod's
+        quantile is its slowest one, and the max over pods the slowest request of the whole window. The
+        count is the pool's requests over the most pods that served in the window (their requests stay
+        in the pool's rate), an average: the worst pod may have had fewer. It is capped at window /
+        target: a pod can be busy all window on that few requests of up to the target each, and then its
+        slowest one is a queue, not noise (a 2 s objective needs 30 per pod, not 100). Found on the
+        sandbox: 40 s after the load stopped, a node release 8→4 then 4→7 at the first tick the guard's
+        cooldown allowed, the draining window holding ~95 requests per pod (docs/policy.md). A mean queue
+        over the target counts on any sample: a mean is not a tail, and a backlog is what replicas shorten.
         """
         if self.queue_above(1.0):
             return True
@@ -470,8 +472,12 @@ class _Tick:
             e.ready for e in self.state.history if e.ready is not None and e.time_s > self.now - _P99_WINDOW_S
         ]
         pods = max([self.ready, 1, *window])
-        tail = 1.0 - self.spec.slo.latency_quantile
-        return self.requests_in_window * tail >= pods * (1.0 - 1e-9)
+        return self.requests_in_window >= pods * self.p99_requests_per_pod() * (1.0 - 1e-9)
+
+    def p99_requests_per_pod(self) -> float:
+        """Requests per serving pod a p99 reading needs (`p99_sampled`)."""
+        quantile = 1.0 / (1.0 - self.spec.slo.latency_quantile)
+        return min(quantile, _P99_WINDOW_S * 1000.0 / self.target_ms)
 
     def capacity_steady(self) -> bool:
         """Whether the ready replicas have been what they are now for `settle_s` (as recorded each tick).
@@ -616,8 +622,9 @@ class _Tick:
         is not is kept (no scale-in) and counted in the node demand."""
         breach, ratio, r_guard = self.guard(s.cur_d, s.cur_k, lam_plan)
         # An execution-bound breach holds nothing: the replicas it keeps would buy no latency, so the
-        # window records what the plan asks for (capacity) and the fleet may come down to it.
-        bound = breach and self.breach_bound
+        # window records what the plan asks for (where its p99 stops improving, within the utilisation
+        # cap) and the fleet may come down to it. Not when another setting meets the objective.
+        bound = breach and self.breach_bound and not s.cand_best.feasible
         need = s.cand_best.replicas if bound else max(s.cand_best.replicas, r_guard)
         R = self.state.replicas
         # A pod waiting for a node the pool asked for is not lost before that node's lead time is up.
@@ -870,7 +877,7 @@ class _Tick:
     ) -> int:
         """Replicas the plan and the guard ask for at (d, k), before the floor of the running count."""
         R = self.state.replicas
-        raw = max(chosen.replicas, g.r_guard)
+        raw = max(chosen.replicas, 0 if g.bound else g.r_guard)
         if not chosen.feasible and raw > R and self.execution_bound(d, k):
             # Infeasible at any fleet size and the fleet does not queue: replicas only for capacity
             # (the utilisation cap), none for the objective they cannot reach.
@@ -1105,7 +1112,7 @@ class _Tick:
             and prev is not None
             and prev.replicas_ahead > 0
             and self.now - prev.time_s <= 2.5 * self.spec.tick_seconds
-            and not g.breach
+            and not (g.breach and not g.bound)
             and not g.lost
         ):
             return max(planned, min(r_ahead, prev.replicas_ahead))
@@ -1264,9 +1271,9 @@ class _Tick:
         over = _finite(measured) and measured > self.target_ms
         breach = over and self.p99_sampled()
         if over and not breach:
-            fewest = 1.0 / (1.0 - self.spec.slo.latency_quantile)
+            need = self.p99_requests_per_pod()
             self.reasons.append(
-                f"p99 {measured:.0f} ms read on fewer than {fewest:.0f} requests per serving pod "
+                f"p99 {measured:.0f} ms read on fewer than {need:.0f} requests per serving pod "
                 "(each pod's slowest request, not its quantile): no breach"
             )
         self.floor_note = ""
@@ -1429,7 +1436,9 @@ class _Tick:
         m, p, state = self.model, self.p, self.state
         since = _since(self.now, state.last_batching_change_s)
         measured = self.sig.p99_ms
-        missed = not cand_cur.feasible or (_finite(measured) and measured > self.objective_ms)
+        missed = not cand_cur.feasible or (
+            _finite(measured) and measured > self.objective_ms and self.p99_sampled()
+        )
         live = [e for e in m.tabu if _finite(e[2]) and self.now < e[2]]
         if (
             state.batching is not None
