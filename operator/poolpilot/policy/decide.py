@@ -1084,8 +1084,9 @@ class _Tick:
         the margin overwrote it, and the node that was to relieve them was released as it arrived).
         """
         measured = self.sig.p99_ms
-        # Not evidence: a reading on too few requests, or a miss no replica count removes.
-        sampled = self.p99_sampled() and not self.breach_bound
+        # Not evidence: a reading on too few requests, a miss no replica count removes, or a backlog
+        # (its p99 says how long the queue was, not what these replicas do at this load: `measure`).
+        sampled = self.p99_sampled() and not self.breach_bound and not self.queue_above(1.0)
         measured_short = _finite(measured) and measured > self.objective_ms and sampled
         serving = min(self.state.replicas, self.ready)
         if planned > serving > 0 and measured_short and self.capacity_steady():
