@@ -23,7 +23,7 @@ from poolpilot.backends.metrics.prometheus import PrometheusSource
 from poolpilot.loadgen import schedule as loadgen_schedule
 from poolpilot.sandbox.executor import ExecutorProcess, write_emulated_model
 from poolpilot.sandbox.prometheus import PrometheusServer
-from poolpilot.settings import PrometheusSettings
+from poolpilot.settings import LatencySource, PrometheusSettings
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 
@@ -79,6 +79,19 @@ async def test_signals_of_a_pool_under_load(
     assert s.compute_us_per_exec >= 3000 * 0.9
     assert 0 <= s.age_s < 10
     assert 0 < s.gpu_utilization <= 1  # the executor emulates nv_gpu_utilization from its busy time
+
+    # Triton's summary is each pod's own quantile (the query reads the worst): the policy counts its
+    # requests per pod. A histogram source reads one quantile over the pool.
+    assert s.p99_per_pod
+    pooled_source = PrometheusSource(
+        PrometheusSettings(url=prom.url, window_s=window_s, latency_source=LatencySource.HISTOGRAM)
+    )
+    try:
+        pooled = (await pooled_source.fetch([chat]))[chat]
+    finally:
+        await pooled_source.close()
+    assert not pooled.p99_per_pod
+    assert pooled.request_rate_per_s == pytest.approx(s.request_rate_per_s, rel=0.2)
 
     assert math.isinf(signals[silent].age_s) and math.isnan(signals[silent].p99_ms)
     # One batch of queries answered both pools.

@@ -1106,6 +1106,30 @@ def test_a_p99_read_on_too_few_requests_per_pod_is_no_breach(kit: SimpleNamespac
     assert not any("requests per serving pod" in r for r in d.reasons), d.reasons
 
 
+def test_a_histogram_p99_needs_its_requests_across_the_pool_not_per_pod(kit: SimpleNamespace) -> None:
+    """A histogram's quantile is one over all the pool's requests: 1,200 of them make a p99 whatever the
+    pods they were spread over, where the worst pod's summary on 75 each would be its slowest request.
+    Below 100 in the whole window it is the pool's slowest request, and no breach either way."""
+    spec = kit.make_spec(**ONE_CONFIG)
+    base = settled_state(PER_NODE, kit.batching(0), last_scale_change_s=NOW - 5)
+    served = replace(
+        base,
+        history=tuple(replace(e, ready=2 * PER_NODE if e.time_s > NOW - 60 else None) for e in base.history),
+    )
+
+    def tick(rate: float, *, per_pod: bool) -> Decision:
+        signals = sig(rate, 200, ready=PER_NODE, inference_rate_seen_per_s=100, p99_per_pod=per_pod)
+        return decide(spec, served, signals, NOW, node_pool=kit.make_node_pool(), paid_replicas=PER_NODE)
+
+    assert tick(20, per_pod=True).replicas == PER_NODE
+    pooled = tick(20, per_pod=False)
+    assert pooled.replicas > PER_NODE, pooled.reasons
+    assert pooled.reasons[0].startswith("p99 200 ms > 150 ms objective: scale"), pooled.reasons
+    few = tick(1.5, per_pod=False)  # 90 requests in the window
+    assert few.replicas == PER_NODE, few.reasons
+    assert any("fewer than 100 (the pool's slowest request" in r for r in few.reasons), few.reasons
+
+
 def test_an_execution_bound_breach_lets_the_fleet_come_down_to_capacity(kit: SimpleNamespace) -> None:
     """One execution already exceeds the objective, so the breach is permanent and no replica count removes
     it: it must not pin the fleet (found in the suite, dev-027: 80 replicas held through the last 16

@@ -455,29 +455,50 @@ class _Tick:
         """Whether a p99 over the target is evidence (a breach, a measured floor, a failed setting): read on
         enough requests to be more than the slowest one, or with a mean queue over the target.
 
-        The reading is the worst pod's quantile over its own window (Triton's summary; a histogram's is
-        pool-wide, where this count is stricter than needed): with fewer than 1/(1 − q) requests a pod's
-        quantile is its slowest one, and the max over pods the slowest request of the whole window. The
-        count is the pool's requests over the most pods that served in the window (their requests stay
-        in the pool's rate), an average: the worst pod may have had fewer. It is capped at window /
-        target: a pod can be busy all window on that few requests of up to the target each, and then its
-        slowest one is a queue, not noise (a 2 s objective needs 30 per pod, not 100). Found on the
-        sandbox: 40 s after the load stopped, a node release 8→4 then 4→7 at the first tick the guard's
-        cooldown allowed, the draining window holding ~95 requests per pod (docs/policy.md). A mean queue
-        over the target counts on any sample: a mean is not a tail, and a backlog is what replicas shorten.
+        With fewer than 1/(1 − q) requests a quantile is the slowest request. A histogram's quantile is
+        over the whole pool's requests, so the pool's count is what it needs. Triton's summary (the
+        default source, `Signals.p99_per_pod`) is each pod's quantile over its own window and the reading
+        the worst pod's: there each pod needs the count, and the max over pods is otherwise the slowest
+        request of the whole window. Per pod, the count is the pool's requests over the most pods that
+        served in the window (their requests stay in the pool's rate), an average: the worst pod may have
+        had fewer. Either count is capped at window / target: a pod can be busy all window on that few
+        requests of up to the target each, and then its slowest one is a queue, not noise (a 2 s
+        objective needs 30 per pod, not 100). Found on the sandbox: 40 s after the load stopped, a node
+        release 8→4 then 4→7 at the first tick the guard's cooldown allowed, the draining window holding
+        ~95 requests per pod (docs/policy.md). A mean queue over the target counts on any sample: a mean
+        is not a tail, and a backlog is what replicas shorten.
         """
         if self.queue_above(1.0):
             return True
+        return self.requests_in_window >= self.p99_requests_needed() * (1.0 - 1e-9)
+
+    def p99_requests_needed(self) -> float:
+        """Requests in the window a p99 reading needs (`p99_sampled`): per pod that served in the window
+        for a per-pod reading, pool-wide for a histogram's."""
+        per_reading = self.p99_requests_per_reading()
+        if not self.sig.p99_per_pod:
+            return per_reading
         window = [
             e.ready for e in self.state.history if e.ready is not None and e.time_s > self.now - _P99_WINDOW_S
         ]
-        pods = max([self.ready, 1, *window])
-        return self.requests_in_window >= pods * self.p99_requests_per_pod() * (1.0 - 1e-9)
+        return max([self.ready, 1, *window]) * per_reading
 
-    def p99_requests_per_pod(self) -> float:
-        """Requests per serving pod a p99 reading needs (`p99_sampled`)."""
+    def p99_requests_per_reading(self) -> float:
+        """Requests one quantile needs to be more than its slowest request, capped at window / target."""
         quantile = 1.0 / (1.0 - self.spec.slo.latency_quantile)
         return min(quantile, _P99_WINDOW_S * 1000.0 / self.target_ms)
+
+    def unsampled_note(self, measured_ms: float) -> str:
+        """The reason a p99 over the target is no breach (`p99_sampled`)."""
+        if self.sig.p99_per_pod:
+            return (
+                f"p99 {measured_ms:.0f} ms read on fewer than {self.p99_requests_per_reading():.0f} "
+                "requests per serving pod (each pod's slowest request, not its quantile): no breach"
+            )
+        return (
+            f"p99 {measured_ms:.0f} ms read on {self.requests_in_window:.0f} requests, fewer than "
+            f"{self.p99_requests_needed():.0f} (the pool's slowest request, not its quantile): no breach"
+        )
 
     def capacity_steady(self) -> bool:
         """Whether the ready replicas have been what they are now for `settle_s` (as recorded each tick).
@@ -1272,11 +1293,7 @@ class _Tick:
         over = _finite(measured) and measured > self.target_ms
         breach = over and self.p99_sampled()
         if over and not breach:
-            need = self.p99_requests_per_pod()
-            self.reasons.append(
-                f"p99 {measured:.0f} ms read on fewer than {need:.0f} requests per serving pod "
-                "(each pod's slowest request, not its quantile): no breach"
-            )
+            self.reasons.append(self.unsampled_note(measured))
         self.floor_note = ""
         self.breach_bound = False
         if not breach:

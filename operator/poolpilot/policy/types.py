@@ -50,6 +50,10 @@ class Signals:
     failure_rate_by_reason: dict[str, float] = field(default_factory=dict)  # REJECTED, BACKEND, OOM...
     ready_replicas: int | None = None  # pods serving now (from the workload's status)
     age_s: float = 0.0  # how stale the newest sample is
+    # How `p99_ms` was read: True, the worst pod's own quantile over its window (Triton's summary, max
+    # over pods: on few requests per pod it is a pod's slowest request); False, one quantile over the
+    # whole pool's requests (a histogram). Unknown sources say True, the stricter reading.
+    p99_per_pod: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -205,4 +205,5 @@ class PromStore:
             },
             ready_replicas=last.ready_replicas,
             age_s=age,
+            p99_per_pod=self.p99_source == "pod_summary_max",
         )

@@ -18,7 +18,7 @@ import aiohttp
 from poolpilot.backends.metrics import queries
 from poolpilot.backends.metrics.base import MetricsUnavailable, PoolKey
 from poolpilot.policy.types import Signals
-from poolpilot.settings import PrometheusSettings
+from poolpilot.settings import LatencySource, PrometheusSettings
 
 # (namespace, pool, model or "") -> value; "" model = a per-pool family (GPU utilisation).
 Series = dict[tuple[str, str, str], float]
@@ -77,6 +77,7 @@ def assemble(
     failures: Mapping[tuple[str, str, str], dict[str, float]],
     *,
     now_s: float,
+    p99_per_pod: bool = True,
 ) -> dict[PoolKey, Signals]:
     """Turn per-query series into one `Signals` per pool (pure; unit-tested on recorded responses)."""
     out: dict[PoolKey, Signals] = {}
@@ -104,6 +105,7 @@ def assemble(
             mean_tokens_per_request=_ratio(get(queries.TOKENS), success),
             failure_rate_by_reason=dict(failures.get(per_model, {})),
             age_s=math.inf if math.isnan(newest) else max(0.0, now_s - newest),
+            p99_per_pod=p99_per_pod,
         )
     return out
 
@@ -168,7 +170,9 @@ class PrometheusSource:
             if not math.isnan(eval_time):
                 eval_times.append(eval_time)
         now_s = max(eval_times) if eval_times else math.nan
-        return assemble(pools, results, failures, now_s=now_s)
+        # Triton's summary is a quantile per pod (the query takes the worst); a histogram's is pool-wide.
+        per_pod = self._settings.latency_source is LatencySource.SUMMARY
+        return assemble(pools, results, failures, now_s=now_s, p99_per_pod=per_pod)
 
     async def close(self) -> None:
         if self._session is not None:
