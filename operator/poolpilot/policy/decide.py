@@ -590,7 +590,7 @@ class _Tick:
         p99_pred, util_pred = self.predict(target, c.d, c.k, lam_plan)
         self.explain(s, g, c, target, changed, p99_pred=p99_pred, util_pred=util_pred, lam_plan=lam_plan)
         actions = self.actions(target, changed)
-        self.remember_floor(planned, gate.floor, actions, bound=g.bound)
+        self.remember_floor(planned, gate.floor, actions)
         if "batching" in actions and self.model.p99_curve:
             # The measured curve describes the setting being left: the new one starts from the model.
             self.model = replace(self.model, p99_curve=())
@@ -1093,9 +1093,7 @@ class _Tick:
             return ()
         return tuple(actions)
 
-    def remember_floor(
-        self, planned: int, floor: int, actions: tuple[PolicyAction, ...], *, bound: bool
-    ) -> None:
+    def remember_floor(self, planned: int, floor: int, actions: tuple[PolicyAction, ...]) -> None:
         """Record the measured floor: the replicas that served the whole window were MEASURED too few.
 
         A prediction that they would be is not evidence: a fresh model's first guess would pin the pool
@@ -1107,10 +1105,9 @@ class _Tick:
         the margin overwrote it, and the node that was to relieve them was released as it arrived).
         """
         measured = self.sig.p99_ms
-        # Not evidence: a reading on too few requests, a miss no replica count removes (`bound`, the
-        # verdict the scale-in gate also reads: `_Guarded.bound`), or a backlog (its p99 says how long
-        # the queue was, not what these replicas do at this load: `measure`).
-        sampled = self.p99_sampled() and not bound and not self.queue_above(1.0)
+        # Not evidence: a reading on too few requests, a miss no replica count removes, or a backlog
+        # (its p99 says how long the queue was, not what these replicas do at this load: `measure`).
+        sampled = self.p99_sampled() and not self.breach_bound and not self.queue_above(1.0)
         measured_short = _finite(measured) and measured > self.objective_ms and sampled
         serving = min(self.state.replicas, self.ready)
         if planned > serving > 0 and measured_short and self.capacity_steady():
