@@ -902,20 +902,22 @@ def test_a_backlog_draining_is_no_evidence_that_the_replicas_are_too_few(kit: Si
     replicas shorten), but no floor is recorded: found in the suite, "16 too few at 244/s" read on a
     draining window held 24 replicas for the rest of an hour in which 16 met the objective at 2,740/s."""
     spec = kit.make_spec(replicas={"min": 1, "max": 64}, **ONE_CONFIG)
-    s = settled_state(16, kit.batching(0))
+    s = settled_state(8, kit.batching(0))
     state = replace(s, history=tuple(replace(e, ready=8) for e in s.history))
-    backlog = decide(
-        spec,
-        state,
-        sig(1_100, 9_000, ready=8, queue_time_us=4_000_000.0),
-        NOW,
-        node_pool=kit.make_node_pool(),
-    )
-    assert backlog.replicas >= 16, backlog.reasons
+
+    def tick(signals: Signals) -> Decision:
+        return decide(spec, state, signals, NOW, node_pool=kit.make_node_pool())
+
+    backlog = tick(sig(1_100, 9_000, ready=8, queue_time_us=4_000_000.0))
+    assert backlog.replicas > 8, backlog.reasons
+    assert backlog.reasons[0].startswith("p99 9000 ms > 150 ms objective: scale 8→"), backlog.reasons
     assert backlog.latency_model.floor_replicas == 0, backlog.reasons
-    # The same miss with requests barely queueing is a measurement of those 8 at that load.
-    short = decide(spec, state, sig(1_100, 400, ready=8), NOW, node_pool=kit.make_node_pool())
-    assert short.latency_model.floor_replicas == 9, short.reasons
+    # The same miss with requests barely queueing is a measurement of those 8 at that load; so is one
+    # from a source with no queue series (unknown is no backlog: the floor is the safe side).
+    for signals in (sig(1_100, 400, ready=8), sig(1_100, 400, ready=8, queue_time_us=math.nan)):
+        short = tick(signals)
+        assert short.replicas > 8, short.reasons
+        assert short.latency_model.floor_replicas == 9, short.reasons
 
 
 def test_a_milder_miss_at_the_same_count_keeps_the_worst_p99(kit: SimpleNamespace) -> None:
@@ -1128,6 +1130,13 @@ def test_a_histogram_p99_needs_its_requests_across_the_pool_not_per_pod(kit: Sim
     few = tick(1.5, per_pod=False)  # 90 requests in the window
     assert few.replicas == PER_NODE, few.reasons
     assert any("fewer than 100 (the pool's slowest request" in r for r in few.reasons), few.reasons
+    # At a 2 s objective a pod is busy all minute on 30 requests of up to 2 s each: the pool's 16 pods
+    # on 480. Thirty requests over the pool are its slowest one, not a queue.
+    slow = kit.make_spec(**ONE_CONFIG, slo={"latencyTargetMs": 2_000})
+    for rate, breach in ((0.5, False), (8.5, True)):  # 30 and 510 requests in the window
+        signals = sig(rate, 2_600, ready=PER_NODE, inference_rate_seen_per_s=100, p99_per_pod=False)
+        d = decide(slow, served, signals, NOW, node_pool=kit.make_node_pool(), paid_replicas=PER_NODE)
+        assert (d.replicas > PER_NODE) is breach, (rate, d.reasons)
 
 
 def test_an_execution_bound_breach_lets_the_fleet_come_down_to_capacity(kit: SimpleNamespace) -> None:

@@ -461,12 +461,13 @@ class _Tick:
         the worst pod's: there each pod needs the count, and the max over pods is otherwise the slowest
         request of the whole window. Per pod, the count is the pool's requests over the most pods that
         served in the window (their requests stay in the pool's rate), an average: the worst pod may have
-        had fewer. Either count is capped at window / target: a pod can be busy all window on that few
-        requests of up to the target each, and then its slowest one is a queue, not noise (a 2 s
-        objective needs 30 per pod, not 100). Found on the sandbox: 40 s after the load stopped, a node
-        release 8→4 then 4→7 at the first tick the guard's cooldown allowed, the draining window holding
-        ~95 requests per pod (docs/policy.md). A mean queue over the target counts on any sample: a mean
-        is not a tail, and a backlog is what replicas shorten.
+        had fewer. The count is capped where the pods can be busy all window on that few requests of up
+        to the target each (window / target per pod, times the pods for the pool's count): then the
+        slowest one is a queue, not noise (a 2 s objective needs 30 per pod, not 100). Found on the
+        sandbox: 40 s after the load stopped, a node release 8→4 then 4→7 at the first tick the guard's
+        cooldown allowed, the draining window holding ~95 requests per pod (docs/policy.md). A mean
+        queue over the target counts on any sample: a mean is not a tail, and a backlog is what replicas
+        shorten.
         """
         if self.queue_above(1.0):
             return True
@@ -475,13 +476,15 @@ class _Tick:
     def p99_requests_needed(self) -> float:
         """Requests in the window a p99 reading needs (`p99_sampled`): per pod that served in the window
         for a per-pod reading, pool-wide for a histogram's."""
-        per_reading = self.p99_requests_per_reading()
-        if not self.sig.p99_per_pod:
-            return per_reading
         window = [
             e.ready for e in self.state.history if e.ready is not None and e.time_s > self.now - _P99_WINDOW_S
         ]
-        return max([self.ready, 1, *window]) * per_reading
+        pods = max([self.ready, 1, *window])
+        if not self.sig.p99_per_pod:
+            # One quantile over the pool: its count, capped where every serving pod can be busy all window.
+            quantile = 1.0 / (1.0 - self.spec.slo.latency_quantile)
+            return min(quantile, pods * _P99_WINDOW_S * 1000.0 / self.target_ms)
+        return pods * self.p99_requests_per_reading()
 
     def p99_requests_per_reading(self) -> float:
         """Requests one quantile needs to be more than its slowest request, capped at window / target."""
@@ -1105,9 +1108,11 @@ class _Tick:
         the margin overwrote it, and the node that was to relieve them was released as it arrived).
         """
         measured = self.sig.p99_ms
-        # Not evidence: a reading on too few requests, a miss no replica count removes, or a backlog
-        # (its p99 says how long the queue was, not what these replicas do at this load: `measure`).
-        sampled = self.p99_sampled() and not self.breach_bound and not self.queue_above(1.0)
+        # Not evidence: a reading on too few requests, a miss no replica count removes, or a measured
+        # backlog (its p99 says how long the queue was, not what these replicas do at this load, as in
+        # `measure`; an unmeasured queue is no backlog here: the floor is the safe side).
+        backlog = _finite(self.sig.queue_time_us) and self.queue_above(1.0)
+        sampled = self.p99_sampled() and not self.breach_bound and not backlog
         measured_short = _finite(measured) and measured > self.objective_ms and sampled
         serving = min(self.state.replicas, self.ready)
         if planned > serving > 0 and measured_short and self.capacity_steady():
