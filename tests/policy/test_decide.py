@@ -918,6 +918,8 @@ def test_a_backlog_draining_is_no_evidence_that_the_replicas_are_too_few(kit: Si
         short = tick(signals)
         assert short.replicas > 8, short.reasons
         assert short.latency_model.floor_replicas == 9, short.reasons
+    # ... but not on too few requests, whatever the queue's reading (60 in the window, 8 pods).
+    assert tick(sig(1.0, 400, ready=8, queue_time_us=math.nan)).latency_model.floor_replicas == 0
 
 
 def test_a_milder_miss_at_the_same_count_keeps_the_worst_p99(kit: SimpleNamespace) -> None:
@@ -1130,13 +1132,16 @@ def test_a_histogram_p99_needs_its_requests_across_the_pool_not_per_pod(kit: Sim
     few = tick(1.5, per_pod=False)  # 90 requests in the window
     assert few.replicas == PER_NODE, few.reasons
     assert any("fewer than 100 (the pool's slowest request" in r for r in few.reasons), few.reasons
-    # At a 2 s objective a pod is busy all minute on 30 requests of up to 2 s each: the pool's 16 pods
-    # on 480. Thirty requests over the pool are its slowest one, not a queue.
-    slow = kit.make_spec(**ONE_CONFIG, slo={"latencyTargetMs": 2_000})
-    for rate, breach in ((0.5, False), (8.5, True)):  # 30 and 510 requests in the window
-        signals = sig(rate, 2_600, ready=PER_NODE, inference_rate_seen_per_s=100, p99_per_pod=False)
+    # At a 10 s objective a pod is busy all minute on 6 requests of up to 10 s each, the 16 pods that
+    # served the window on 96: that many requests over the pool are a queue, not noise; six are its
+    # slowest one.
+    slow = kit.make_spec(**ONE_CONFIG, slo={"latencyTargetMs": 10_000})
+    for rate, breach in ((0.1, False), (1.5, False), (1.6, True)):  # 6, 90 and 96 requests
+        signals = sig(rate, 12_000, ready=PER_NODE, inference_rate_seen_per_s=100, p99_per_pod=False)
         d = decide(slow, served, signals, NOW, node_pool=kit.make_node_pool(), paid_replicas=PER_NODE)
-        assert (d.replicas > PER_NODE) is breach, (rate, d.reasons)
+        unsampled = any("fewer than 96 (the pool's slowest request" in r for r in d.reasons)
+        assert unsampled is not breach, (rate, d.reasons)
+        assert d.reasons[0].startswith("p99 12000 ms > 10000 ms objective") is breach, (rate, d.reasons)
 
 
 def test_an_execution_bound_breach_lets_the_fleet_come_down_to_capacity(kit: SimpleNamespace) -> None:

@@ -494,13 +494,15 @@ class _Tick:
     def unsampled_note(self, measured_ms: float) -> str:
         """The reason a p99 over the target is no breach (`p99_sampled`)."""
         if self.sig.p99_per_pod:
+            per_pod = math.ceil(self.p99_requests_per_reading() - 1e-9)
             return (
-                f"p99 {measured_ms:.0f} ms read on fewer than {self.p99_requests_per_reading():.0f} "
-                "requests per serving pod (each pod's slowest request, not its quantile): no breach"
+                f"p99 {measured_ms:.0f} ms read on fewer than {per_pod} requests per serving pod "
+                "(each pod's slowest request, not its quantile): no breach"
             )
         return (
             f"p99 {measured_ms:.0f} ms read on {self.requests_in_window:.0f} requests, fewer than "
-            f"{self.p99_requests_needed():.0f} (the pool's slowest request, not its quantile): no breach"
+            f"{math.ceil(self.p99_requests_needed() - 1e-9)} (the pool's slowest request, not its "
+            "quantile): no breach"
         )
 
     def capacity_steady(self) -> bool:
@@ -1110,9 +1112,11 @@ class _Tick:
         measured = self.sig.p99_ms
         # Not evidence: a reading on too few requests, a miss no replica count removes, or a measured
         # backlog (its p99 says how long the queue was, not what these replicas do at this load, as in
-        # `measure`; an unmeasured queue is no backlog here: the floor is the safe side).
+        # `measure` — which also skips an unmeasured queue; here that is no backlog, the floor being the
+        # safe side). The count is checked itself: `p99_sampled` waives it for a queue over the target.
         backlog = _finite(self.sig.queue_time_us) and self.queue_above(1.0)
-        sampled = self.p99_sampled() and not self.breach_bound and not backlog
+        enough = self.requests_in_window >= self.p99_requests_needed() * (1.0 - 1e-9)
+        sampled = enough and not self.breach_bound and not backlog
         measured_short = _finite(measured) and measured > self.objective_ms and sampled
         serving = min(self.state.replicas, self.ready)
         if planned > serving > 0 and measured_short and self.capacity_steady():
