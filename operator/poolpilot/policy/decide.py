@@ -469,8 +469,10 @@ class _Tick:
         queue over the target counts on any sample: a mean is not a tail, and a backlog is what replicas
         shorten.
         """
-        if self.queue_above(1.0):
-            return True
+        return self.queue_above(1.0) or self.p99_counted()
+
+    def p99_counted(self) -> bool:
+        """Whether the window holds the requests a p99 reading needs (`p99_requests_needed`)."""
         return self.requests_in_window >= self.p99_requests_needed() * (1.0 - 1e-9)
 
     def p99_requests_needed(self) -> float:
@@ -1115,8 +1117,7 @@ class _Tick:
         # `measure` — which also skips an unmeasured queue; here that is no backlog, the floor being the
         # safe side). The count is checked itself: `p99_sampled` waives it for a queue over the target.
         backlog = _finite(self.sig.queue_time_us) and self.queue_above(1.0)
-        enough = self.requests_in_window >= self.p99_requests_needed() * (1.0 - 1e-9)
-        sampled = enough and not self.breach_bound and not backlog
+        sampled = self.p99_counted() and not self.breach_bound and not backlog
         measured_short = _finite(measured) and measured > self.objective_ms and sampled
         serving = min(self.state.replicas, self.ready)
         if planned > serving > 0 and measured_short and self.capacity_steady():
