@@ -51,6 +51,7 @@ from poolpilot.sim.controllers import FixedController
 from poolpilot.sim.engine import default_batching
 from poolpilot.sim.oracle import first_minute_need
 from poolpilot.sim.params import SimParams
+from poolpilot.sim.reactive import ReactivePlant, oracle_needs, reactive_reference
 from poolpilot.sim.registry import BASELINE_NAMES, ORACLE, run_policy
 from poolpilot.sim.run import Result, prepare_params, replica_capacity_per_s, simulate
 from poolpilot.sim.search import gallop_bisect
@@ -270,7 +271,16 @@ def run_scenario(
     start = start_replicas(trace, params)
     run_params = replace(params, initial_replicas=start)  # fixed fleets (static, AIMD) keep their own
     results = dict(reuse["results"]) if reuse else {}
-    results.update({name: _summary(run_policy(name, trace, run_params)) for name in policies})
+    run = list(policies)
+    if reuse is not None and ORACLE in reuse["results"] and "oracle_needs" not in reuse and ORACLE not in run:
+        run.append(ORACLE)  # a record from before the reactive reference: its oracle runs once more
+    raw = {name: run_policy(name, trace, run_params) for name in run}
+    results.update({name: _summary(r) for name, r in raw.items()})
+    needs: list[int | None] | None = (
+        oracle_needs(raw[ORACLE].series, params.slo_ms)
+        if ORACLE in raw
+        else (reuse or {}).get("oracle_needs")
+    )
     per_node = params.replicas_per_node
     hours = trace.duration_s / 3600.0
 
@@ -298,10 +308,27 @@ def run_scenario(
         frontier.affordable(results[POOLPILOT]["gpu_hours"], params.gpus_per_node * hours)
     record["frontier"] = [asdict(p) for _, p in sorted(frontier.points.items())]
     record["fleet99"] = asdict(fleet99) if fleet99 else None
+    if needs is not None:
+        record["oracle_needs"] = needs
+        record["reactive"] = asdict(reactive_reference(needs, reactive_plant(params, start, trace)))
     record["wall_s"] = time.perf_counter() - t0
     if reuse:
         record["rerun"] = list(policies)
     return record
+
+
+def reactive_plant(params: SimParams, start: int, trace: Trace) -> ReactivePlant:
+    """The scenario's reaction times for the reactive reference; a need is known one scrape in."""
+    return ReactivePlant(
+        start_replicas=start,
+        replicas_per_node=params.replicas_per_node,
+        gpus_per_node=params.gpus_per_node,
+        max_replicas=params.max_replicas,
+        node_lead_s=params.node_provisioning_s,
+        pod_start_s=params.pod_start_s,
+        notice_s=params.scrape_interval_s,
+        duration_s=trace.duration_s,
+    )
 
 
 def judge(record: dict[str, Any]) -> dict[str, Any]:
@@ -315,11 +342,14 @@ def judge(record: dict[str, Any]) -> dict[str, Any]:
     dom = dominators(pp, others)
     f99 = record["fleet99"]
     ratio = pp.gpu_hours / f99["gpu_hours"] if f99 and f99["gpu_hours"] > 0 else None
+    reactive = record.get("reactive")
     return {
         "dominated": bool(dom),
         "dominated_by": [f"{d.name} ({d.windows:.1%}, {d.gpu_hours:.2f} GPU-h)" for d in dom],
         "ratio": ratio,
         "pp_meets": pp.windows >= WINDOW_GOAL - _EPS,
+        # None: a record from before the reactive reference (re-run it with --reuse to add it).
+        "reactive_meets": None if reactive is None else reactive["windows"] >= WINDOW_GOAL - _EPS,
     }
 
 
@@ -329,6 +359,8 @@ def aggregate(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     judged = [(r, j) for r, j in judged if j["dominated"] is not None]
     with_fleet = [(r, j) for r, j in judged if j["ratio"] is not None]
     ratios = [float(j["ratio"]) for _, j in with_fleet]
+    reachable = [j for _, j in with_fleet if j["reactive_meets"]]
+    known = all(j["reactive_meets"] is not None for _, j in with_fleet)
     return {
         "scenarios": len(judged),
         "dominated": sum(1 for _, j in judged if j["dominated"]),
@@ -339,6 +371,11 @@ def aggregate(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         ),
         "median_ratio": statistics.median(ratios) if ratios else None,
         "worst_ratio": max(ratios) if ratios else None,
+        # Of those, where the reactive reference meets 99 % too (None when a record lacks it).
+        "with_reactive_99": len(reachable) if known else None,
+        "fraction_pp_meets_99_reactive": (
+            sum(1 for j in reachable if j["pp_meets"]) / len(reachable) if known and reachable else None
+        ),
     }
 
 
@@ -453,6 +490,25 @@ def _fmt(x: float | None, spec: str) -> str:
     return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
 
 
+def _reactive_line(agg: dict[str, Any]) -> str:
+    if agg["with_reactive_99"] is None:
+        return "- the reactive reference: not in every record (re-run with `--reuse` to add it)\n"
+    return (
+        f"- of those, the reactive reference (a controller that sees load only as it arrives, "
+        f"`poolpilot.sim.reactive`) meets 99 % in {agg['with_reactive_99']}; PoolPilot meets 99 % in "
+        f"{_fmt(agg['fraction_pp_meets_99_reactive'], '.1%')} of those\n"
+    )
+
+
+def _reactive_cell(reactive: dict[str, Any] | None) -> str:
+    if reactive is None:
+        return "—"
+    missed = reactive["missed"]
+    shown = ", ".join(map(str, missed[:6])) + (", …" if len(missed) > 6 else "")
+    where = f" (misses {shown})" if missed else ""
+    return f"{reactive['windows']:.1%} / {reactive['gpu_hours']:.1f}{where}"
+
+
 def markdown(records: Sequence[dict[str, Any]], seed_set: str, wall_s: float) -> str:
     """The suite as Markdown: aggregate, per family, and one row per scenario."""
     agg = aggregate(records)
@@ -463,6 +519,7 @@ def markdown(records: Sequence[dict[str, Any]], seed_set: str, wall_s: float) ->
         f"({_fmt(agg['fraction_dominated'], '.1%')})\n",
         f"- scenarios where a fixed fleet within max meets 99 % of windows: {agg['with_fixed_fleet_99']}; "
         f"PoolPilot meets 99 % in {_fmt(agg['fraction_pp_meets_99'], '.1%')} of them\n",
+        _reactive_line(agg),
         f"- PoolPilot GPU-h ÷ cheapest fixed fleet meeting 99 %: median {_fmt(agg['median_ratio'], '.3f')}, "
         f"worst {_fmt(agg['worst_ratio'], '.3f')}\n\n## Per family\n\n",
         "| family | scenarios | dominated | PoolPilot ≥ 99 % (of those with a fleet) "
@@ -482,11 +539,13 @@ def markdown(records: Sequence[dict[str, Any]], seed_set: str, wall_s: float) ->
     names = [n for n in default_policies() if any(n in r["results"] for r in records)]
     parts.append(
         "\n## Per scenario\n\nwindows in SLO / GPU-hours per policy; `fleet99` = the fewest whole nodes "
-        "meeting 99 % of windows (Triton default batching).\n\n"
+        "meeting 99 % of windows (Triton default batching); `reactive` = the reactive reference "
+        "(`poolpilot.sim.reactive`: the oracle's per-minute needs, known one scrape into each minute, "
+        "held for good, served a node lead and a pod start later) and the minutes it misses.\n\n"
         "| scenario | peak target | SLO ms | "
         + " | ".join(names)
-        + " | fleet99 | ratio | dominated by |\n|"
-        + "---|" * (len(names) + 6)
+        + " | reactive | fleet99 | ratio | dominated by |\n|"
+        + "---|" * (len(names) + 7)
         + "\n"
     )
     for r in records:
@@ -501,7 +560,8 @@ def markdown(records: Sequence[dict[str, Any]], seed_set: str, wall_s: float) ->
         parts.append(
             f"| {s['name']} | {s['target_peak_replicas']:.0f} | {s['plant']['slo_ms']:.0f} | "
             + " | ".join(cells)
-            + f" | {f99_text} | {_fmt(j['ratio'], '.2f')} | {'; '.join(j['dominated_by']) or '—'} |\n"
+            + f" | {_reactive_cell(r.get('reactive'))} | {f99_text} | {_fmt(j['ratio'], '.2f')} | "
+            + f"{'; '.join(j['dominated_by']) or '—'} |\n"
         )
     return "".join(parts)
 
@@ -591,7 +651,9 @@ def main(args: Any) -> int:
         f"== {args.seeds} seeds: dominated {agg['dominated']}/{agg['scenarios']}; "
         f"PoolPilot ≥ 99 % in {_fmt(agg['fraction_pp_meets_99'], '.1%')} of {agg['with_fixed_fleet_99']} "
         f"scenarios with a fixed fleet meeting 99 %; GPU-h ratio median {_fmt(agg['median_ratio'], '.3f')}, "
-        f"worst {_fmt(agg['worst_ratio'], '.3f')}"
+        f"worst {_fmt(agg['worst_ratio'], '.3f')}; the reactive reference meets 99 % in "
+        f"{_fmt(agg['with_reactive_99'], 'd')} of those, PoolPilot in "
+        f"{_fmt(agg['fraction_pp_meets_99_reactive'], '.1%')} of those"
     )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

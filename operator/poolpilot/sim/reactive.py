@@ -1,0 +1,117 @@
+"""The reactive reference: what a controller that sees load only as it arrives can attain at best.
+
+The suite's criterion compares PoolPilot with fixed fleets, and a fixed fleet holds the hour's peak
+from t = 0. Every autoscaler in the suite starts from what the first minute needs (`WARM_START`) and
+sees load only as it comes. Capacity it asks for serves after the lever's reaction time: a node's
+provisioning, then the pod start. This module computes the most such a controller can attain without
+buying GPUs for load it has not yet seen. It is given every advantage but foresight:
+
+- it knows each minute's exact need one scrape interval into that minute (`notice_s`). The need is
+  the oracle's fewest replicas for that minute, with any batching on the oracle's grid. No measurement
+  gives that, and none gives it so early;
+- it never gives capacity back, so no trough costs it a window: it holds the largest need seen so far;
+- it fills every node it pays for with replicas (more replicas on a paid node cost no GPU-hours).
+
+A node asked for at t serves from t + lead + pod start. So window m (from 60·m s) has
+`nodes_for(max(start, every need known by 60·m − lead − pod start)) · replicas_per_node` ready
+replicas. The exception is the first pod start, when only the `start` replicas are up. The window is
+met when that is at least its need.
+
+Take a controller whose nodes never exceed what the largest need it has seen asks for. At every
+window it holds no more ready replicas than the reference does. So, judged minute by minute as the
+oracle judges them, it misses every window the reference misses. A miss of the reference is
+therefore not a controller's to win. It is the price the criterion puts on starting from the first
+minute's need, and only capacity bought before any load asked for it meets it. A fixed fleet is
+exactly that purchase.
+
+The reference is not a strict bound on the engine's windows. A window is judged by its own requests
+from an idle fleet (the oracle's rule): a backlog carried in from an overloaded minute is not charged,
+and capacity that arrives during a window is not credited.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+WINDOW_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class ReactivePlant:
+    """The reaction times and node shape the reference runs on (from the scenario's `SimParams`)."""
+
+    start_replicas: int
+    replicas_per_node: int
+    gpus_per_node: int
+    max_replicas: int
+    node_lead_s: float  # provisioning: billed from the request, ready this much later
+    pod_start_s: float
+    notice_s: float  # how far into a minute its need is known (one scrape interval)
+    duration_s: float
+
+    def __post_init__(self) -> None:
+        if self.replicas_per_node < 1 or self.gpus_per_node < 1 or self.max_replicas < 1:
+            raise ValueError("replicas_per_node, gpus_per_node and max_replicas must be >= 1")
+        if min(self.node_lead_s, self.pod_start_s, self.notice_s) < 0 or self.duration_s <= 0:
+            raise ValueError("node_lead_s, pod_start_s and notice_s must be >= 0 and duration_s > 0")
+
+
+@dataclass(frozen=True, slots=True)
+class ReactiveReference:
+    windows: float  # share of windows met
+    gpu_hours: float
+    missed: tuple[int, ...]  # the minutes missed
+    peak_replicas: int
+
+
+def reactive_reference(needs: Sequence[int | None], plant: ReactivePlant) -> ReactiveReference:
+    """The reference over per-minute `needs` (None: no fleet within max meets that minute).
+
+    A minute no fleet meets is missed, and it asks for `max_replicas`: a controller seeing it would
+    scale to the top.
+    """
+    per_node = plant.replicas_per_node
+    asked = [plant.max_replicas if n is None else min(n, plant.max_replicas) for n in needs]
+    reaction_s = plant.notice_s + plant.node_lead_s + plant.pod_start_s
+    missed: list[int] = []
+    gpu_s = 0.0
+    peak = 0
+    seen = ready_for = plant.start_replicas  # the largest need known now / known a reaction time ago
+    k = 0  # minutes known a reaction time before this one
+    for m, need in enumerate(needs):
+        t = m * WINDOW_S
+        while k <= m and k * WINDOW_S + reaction_s <= t:
+            ready_for = max(ready_for, asked[k])
+            k += 1
+        ready = plant.start_replicas if t < plant.pod_start_s else _nodes(ready_for, per_node) * per_node
+        ready = min(ready, plant.max_replicas)
+        peak = max(peak, ready)
+        if need is None or ready < need:
+            missed.append(m)
+        # Billed from the request: the nodes for every need known by one notice into this minute.
+        seen = max(seen, asked[m])
+        span = max(0.0, min(WINDOW_S, plant.duration_s - t))
+        gpu_s += _nodes(seen, per_node) * plant.gpus_per_node * span
+    n = len(needs)
+    return ReactiveReference(
+        windows=(n - len(missed)) / n if n else 1.0,
+        gpu_hours=gpu_s / 3600.0,
+        missed=tuple(missed),
+        peak_replicas=peak,
+    )
+
+
+def _nodes(replicas: int, per_node: int) -> int:
+    return math.ceil(replicas / per_node) if replicas > 0 else 0
+
+
+def oracle_needs(series: dict[str, list[float]], slo_ms: float) -> list[int | None]:
+    """Each minute's need from the oracle's series: its replicas, or None where even `max` missed.
+
+    An empty minute has no p99 (NaN) and needs the oracle's `min_replicas`, which meet it.
+    """
+    return [
+        None if p99 > slo_ms else int(r) for r, p99 in zip(series["replicas"], series["p99_ms"], strict=True)
+    ]
