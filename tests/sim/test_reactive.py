@@ -56,9 +56,26 @@ def test_gpu_hours_bill_the_nodes_from_the_minute_their_need_is_known() -> None:
     assert ref.gpu_hours == pytest.approx((60 * (1 + 1 + 3) + 30 * 3) * 8 / 3600)
 
 
+def test_a_start_above_the_first_need_is_billed_and_the_pool_maximum_caps_the_nodes() -> None:
+    # 10 start replicas hold two nodes from t = 0, whatever the first minutes need.
+    ref = reactive_reference([2, 2], replace(PLANT, start_replicas=10, duration_s=120.0))
+    assert ref.gpu_hours == pytest.approx(2 * 2 * 8 * 60 / 3600)
+    # A pool capped at 12 replicas runs 12 on its two nodes, and a minute no fleet meets asks for 12.
+    capped = replace(PLANT, max_replicas=12, duration_s=600.0)
+    ref = reactive_reference([2, None, 12, 12, 12, 12, 12, 12, 12, 12], capped)
+    assert ref.peak_replicas == 12
+    assert ref.missed == (1, 2, 3, 4, 5, 6, 7)  # None asked for 12 at 75 s; 2 nodes ready at 435 s
+
+
 def test_the_oracle_series_gives_each_minutes_need() -> None:
-    series = {"replicas": [1.0, 4.0, 256.0], "p99_ms": [float("nan"), 90.0, 400.0]}
-    assert oracle_needs(series, 100.0) == [1, 4, None]  # empty, met, missed at max
+    nan = float("nan")
+    series = {
+        "replicas": [1.0, 4.0, 256.0, 256.0],
+        "p99_ms": [nan, 90.0, 400.0, nan],
+        "arrivals_per_s": [0.0, 10.0, 50.0, 50.0],
+    }
+    # empty, met, missed at max, every request rejected at max (the oracle writes NaN for inf)
+    assert oracle_needs(series, 100.0) == [1, 4, None, None]
 
 
 def test_bad_plants_are_refused() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,7 @@ import pytest
 
 from poolpilot.loads import Trace
 from poolpilot.sim import suite
+from poolpilot.sim.reactive import ReactivePlant, reactive_reference
 from poolpilot.sim.suite import FleetPoint, Frontier, Point, dominators, draw_spec, judge
 from poolpilot.sim.suite_load import SHAPES, rate_shape, superpose
 
@@ -86,15 +87,18 @@ def test_judge_uses_baselines_and_frontier() -> None:
     assert j["pp_meets"] is False
 
 
-def _record(pp: float, fleet99: bool, reactive: float | None) -> dict[str, Any]:
+def _record(
+    pp: float, fleet99: bool, reactive: float | None, missed: tuple[list[int], list[int]] = ([], [])
+) -> dict[str, Any]:
+    """A judged record; `missed` = (PoolPilot's missed minutes, the reference's)."""
     rec: dict[str, Any] = {
         "spec": {"name": "x", "family": "ramp", "target_peak_replicas": 16.0, "plant": {"slo_ms": 200.0}},
-        "results": {"poolpilot": {"windows": pp, "gpu_hours": 10.0}},
+        "results": {"poolpilot": {"windows": pp, "gpu_hours": 10.0, "missed": missed[0]}},
         "frontier": [{"nodes": 2, "replicas": 16, "windows": 1.0, "gpu_hours": 16.0}],
         "fleet99": {"nodes": 2, "replicas": 16, "windows": 1.0, "gpu_hours": 16.0} if fleet99 else None,
     }
     if reactive is not None:
-        rec["reactive"] = {"windows": reactive, "gpu_hours": 12.0, "missed": [], "peak_replicas": 16}
+        rec["reactive"] = {"windows": reactive, "gpu_hours": 12.0, "missed": missed[1], "peak_replicas": 16}
     return rec
 
 
@@ -102,14 +106,18 @@ def test_aggregate_counts_where_the_reactive_reference_meets_99() -> None:
     """Of the scenarios a fixed fleet meets, those a controller seeing load as it arrives can meet too."""
     recs = [
         _record(1.0, True, 1.0),
-        _record(0.9, True, 1.0),
-        _record(0.9, True, 0.9),
+        _record(0.9, True, 1.0, ([3, 4], [])),
+        _record(0.9, True, 0.9, ([1, 2, 7], [1, 2, 3])),
         _record(1.0, False, 1.0),
     ]
     agg = suite.aggregate(recs)
     assert agg["with_fixed_fleet_99"] == 3 and agg["with_reactive_99"] == 2
     assert agg["fraction_pp_meets_99_reactive"] == pytest.approx(0.5)
-    assert "meets 99 % in 2; PoolPilot meets 99 % in 50.0% of those" in suite.markdown(recs, "dev", 1.0)
+    assert [judge(r)["own_misses"] for r in recs] == [[], [3, 4], [7], []]
+    assert agg["missed_windows"] == 5 and agg["own_misses"] == 3
+    text = suite.markdown(recs, "dev", 1.0)
+    assert "meets 99 % in 2; PoolPilot meets 99 % in 50.0% of those" in text
+    assert "PoolPilot misses 5 windows over all scenarios; the reactive reference meets 3 of them" in text
     old = suite.aggregate([*recs, _record(1.0, True, None)])  # a record from before the reference
     assert old["with_reactive_99"] is None and old["fraction_pp_meets_99_reactive"] is None
     assert "not in every record" in suite.markdown([*recs, _record(1.0, True, None)], "dev", 1.0)
@@ -118,14 +126,30 @@ def test_aggregate_counts_where_the_reactive_reference_meets_99() -> None:
 def test_reuse_adds_the_reactive_reference_and_then_keeps_the_oracles_needs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    spec = replace(draw_spec("dev", 3, 240.0), target_peak_replicas=6.0)
+    spec = replace(draw_spec("dev", 6, 240.0), target_peak_replicas=6.0)  # on/off: PoolPilot misses one
     first = suite.run_scenario(spec, None, ("poolpilot", "oracle"))
     needs = first["oracle_needs"]
     assert len(needs) == 4 and all(n is None or n >= 1 for n in needs)
-    assert 0.0 <= first["reactive"]["windows"] <= 1.0
+    plant = ReactivePlant(
+        start_replicas=first["start_replicas"],
+        replicas_per_node=8,
+        gpus_per_node=8,
+        max_replicas=int(spec.plant["max_replicas"]),
+        node_lead_s=float(spec.plant["node_provisioning_s"]),
+        pod_start_s=float(spec.plant["pod_start_s"]),
+        notice_s=15.0,  # one scrape interval
+        duration_s=240.0,
+    )
+    trace = suite.build_trace(spec, None)
+    assert suite.reactive_plant(spec.params(), first["start_replicas"], trace) == plant
+    assert first["reactive"] == asdict(reactive_reference(needs, plant))
+    pp = first["results"]["poolpilot"]
+    assert len(pp["missed"]) == round((1.0 - pp["windows"]) * len(needs)) > 0  # as attainment counts
+    assert "missed" not in first["results"]["oracle"]  # no engine run of its own
     older = {k: v for k, v in first.items() if k not in ("oracle_needs", "reactive")}
     again = suite.run_scenario(spec, None, ("poolpilot",), reuse=older)  # the oracle runs once more
     assert again["oracle_needs"] == needs and again["reactive"] == first["reactive"]
+    assert again["rerun"] == ["poolpilot", "oracle"]
 
     real = suite.run_policy
 
@@ -135,7 +159,7 @@ def test_reuse_adds_the_reactive_reference_and_then_keeps_the_oracles_needs(
 
     monkeypatch.setattr(suite, "run_policy", no_oracle)
     third = suite.run_scenario(spec, None, ("poolpilot",), reuse=again)
-    assert third["reactive"] == first["reactive"]
+    assert third["reactive"] == first["reactive"] and third["rerun"] == ["poolpilot"]
     assert judge(third)["reactive_meets"] == (first["reactive"]["windows"] >= 0.99)
 
 

@@ -1,10 +1,10 @@
-"""The reactive reference: what a controller that sees load only as it arrives can attain at best.
+"""The reactive reference: what a controller that holds no more than the load it has seen can attain.
 
 The suite's criterion compares PoolPilot with fixed fleets, and a fixed fleet holds the hour's peak
 from t = 0. Every autoscaler in the suite starts from what the first minute needs (`WARM_START`) and
 sees load only as it comes. Capacity it asks for serves after the lever's reaction time: a node's
-provisioning, then the pod start. This module computes the most such a controller can attain without
-buying GPUs for load it has not yet seen. It is given every advantage but foresight:
+provisioning, then the pod start. This module computes what such a controller attains when it holds
+no more than the largest need it has seen, given every advantage but foresight and headroom:
 
 - it knows each minute's exact need one scrape interval into that minute (`notice_s`). The need is
   the oracle's fewest replicas for that minute, with any batching on the oracle's grid. No measurement
@@ -19,14 +19,16 @@ met when that is at least its need.
 
 Take a controller whose nodes never exceed what the largest need it has seen asks for. At every
 window it holds no more ready replicas than the reference does. So, judged minute by minute as the
-oracle judges them, it misses every window the reference misses. A miss of the reference is
-therefore not a controller's to win. It is the price the criterion puts on starting from the first
-minute's need, and only capacity bought before any load asked for it meets it. A fixed fleet is
-exactly that purchase.
+oracle judges them, it misses every window the reference misses. To meet such a window a controller
+must hold more than any need it has seen: headroom (HPA's 70 % utilisation target), a model that
+over-asks, or a fixed fleet. All of these pay for capacity no load has asked for yet. A miss of the
+reference is therefore a price of the fair start and of the lever's reaction time. It is not a
+policy's own loss.
 
 The reference is not a strict bound on the engine's windows. A window is judged by its own requests
 from an idle fleet (the oracle's rule): a backlog carried in from an overloaded minute is not charged,
-and capacity that arrives during a window is not credited.
+and capacity that arrives during a window is not credited. Its GPU-hours are no target either: it
+never gives back, so it pays for the peak from the moment it first sees it.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ class ReactivePlant:
     start_replicas: int
     replicas_per_node: int
     gpus_per_node: int
-    max_replicas: int
+    max_replicas: int  # the most replicas the pool may run: min(spec max, max nodes × replicas per node)
     node_lead_s: float  # provisioning: billed from the request, ready this much later
     pod_start_s: float
     notice_s: float  # how far into a minute its need is known (one scrape interval)
@@ -90,7 +92,8 @@ def reactive_reference(needs: Sequence[int | None], plant: ReactivePlant) -> Rea
         peak = max(peak, ready)
         if need is None or ready < need:
             missed.append(m)
-        # Billed from the request: the nodes for every need known by one notice into this minute.
+        # The nodes for every need known by one notice into this minute, billed from the minute's start
+        # (a notice early: a slight overcharge, never an undercharge).
         seen = max(seen, asked[m])
         span = max(0.0, min(WINDOW_S, plant.duration_s - t))
         gpu_s += _nodes(seen, per_node) * plant.gpus_per_node * span
@@ -110,8 +113,13 @@ def _nodes(replicas: int, per_node: int) -> int:
 def oracle_needs(series: dict[str, list[float]], slo_ms: float) -> list[int | None]:
     """Each minute's need from the oracle's series: its replicas, or None where even `max` missed.
 
-    An empty minute has no p99 (NaN) and needs the oracle's `min_replicas`, which meet it.
+    A minute without requests needs the oracle's `min_replicas`, which meet it. Its p99 is NaN. A minute
+    with requests is met only on a p99 within the objective: the oracle writes NaN for an infinite p99
+    too (every request rejected), and that minute is missed.
     """
     return [
-        None if p99 > slo_ms else int(r) for r, p99 in zip(series["replicas"], series["p99_ms"], strict=True)
+        int(r) if arrivals <= 0 or p99 <= slo_ms else None
+        for r, p99, arrivals in zip(
+            series["replicas"], series["p99_ms"], series["arrivals_per_s"], strict=True
+        )
     ]
