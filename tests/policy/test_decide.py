@@ -1002,6 +1002,26 @@ def test_a_trough_as_short_as_a_past_one_keeps_the_burst_capacity(
     assert decide(spec, replace(base, latency_model=late), sig(trough, 110), NOW).replicas == free.replicas
 
 
+def test_a_return_after_the_scale_down_window_is_learnt_even_within_a_node_lead(kit: SimpleNamespace) -> None:
+    """A trough longer than the 300 s scale-down window gives the capacity back, so a return after it waits
+    a node lead however short the trough was: the hold learns it. Found on heldout-012 (MMPP, a 7.8-minute
+    node reaction): a 7-minute trough was not learnt, and the next burst waited for its nodes again."""
+    spec = kit.make_spec(replicas={"min": 1, "max": 64}, **ONE_CONFIG)
+    assert spec.replicas.scale_down_stabilization_seconds == 300  # the node reaction is 300 + 60 s
+    burst = 3_000.0
+    base = settled_state(_fleet_need(spec, burst), kit.batching(0))
+    assert base.latency_model is not None
+    model = replace(base.latency_model, burst_rate_per_s=burst, burst_seen_s=NOW - 330)
+    d = decide(spec, replace(base, latency_model=model), sig(burst, 110), NOW)
+    learnt = f"demand back at {burst:.0f}/s after 330 s below it"
+    assert any(r.startswith(learnt) for r in d.reasons), d.reasons
+    assert d.latency_model is not None and d.latency_model.burst_hold_s == 660.0  # twice the gap
+    # Within the window nothing was given back: nothing is learnt.
+    short = replace(base.latency_model, burst_rate_per_s=burst, burst_seen_s=NOW - 290)
+    d = decide(spec, replace(base, latency_model=short), sig(burst, 110), NOW)
+    assert d.latency_model is not None and d.latency_model.burst_hold_s == 0.0
+
+
 def test_the_objective_alone_sizes_the_fleet_unless_a_utilisation_cap_is_set(kit: SimpleNamespace) -> None:
     """targetGPUUtilization defaults to 1: no replica is bought for utilisation the objective does not
     need. A pool that sets 0.7 (HPA's convention) gets the headroom it asked for."""

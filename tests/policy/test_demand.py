@@ -108,12 +108,13 @@ def _seen(mem: Recurrence, rate: float, at_s: float) -> Recurrence:
 
 
 def _learn(mem: Recurrence, rate: float, at_s: float) -> tuple[Recurrence, float]:
-    return recurrence(mem, rate, at_s, reaction_s=360.0, headroom=0.1, max_hold_s=3_600.0)
+    return recurrence(mem, rate, at_s, min_gap_s=360.0, headroom=0.1, max_hold_s=3_600.0)
 
 
 def test_demand_that_comes_back_after_a_trough_holds_capacity_through_troughs_that_long() -> None:
-    """A burst level is held only once demand has come back to it after more than the node reaction
-    time; the hold is then the longest such gap, and it ends that long after the level was last seen."""
+    """A burst level is held only once demand has come back to it after more than the scale-down window
+    (360 s here); the hold is then the longest such gap, and it ends that long after the level was last
+    seen."""
     mem = _seen(Recurrence(math.nan, math.nan, 0.0), 1_000.0, 0.0)
     mem = _seen(mem, 200.0, 300.0)  # a trough: the level stays, nothing is learnt yet
     assert (mem.rate_per_s, mem.seen_s, mem.hold_s) == (1_000.0, 0.0, 0.0)
@@ -128,9 +129,9 @@ def test_demand_that_comes_back_after_a_trough_holds_capacity_through_troughs_th
     assert not trough.holds_above(200.0, 1_801.0, 0.1)
 
 
-def test_a_gap_within_the_reaction_time_or_a_lower_level_teaches_no_hold() -> None:
+def test_a_gap_within_the_scale_down_window_or_a_lower_level_teaches_no_hold() -> None:
     mem = _seen(Recurrence(math.nan, math.nan, 0.0), 1_000.0, 0.0)
-    assert _seen(mem, 1_000.0, 300.0).hold_s == 0.0  # 300 s < 360 s: the node envelope's case
+    assert _seen(mem, 1_000.0, 300.0).hold_s == 0.0  # 300 s < 360 s: nothing was given back
     assert _learn(mem, 800.0, 900.0) == (mem, 0.0)  # a lower level is not the burst
     higher = _seen(mem, 1_500.0, 60.0)
     assert higher.rate_per_s == 1_500.0 and higher.hold_s == 0.0  # the level rises at once
@@ -142,11 +143,11 @@ def test_the_hold_is_a_multiple_of_the_longest_trough_demand_came_back_after() -
     not to outlast the longest one seen, and outlasting the hold costs a node lead of missed windows."""
     mem = _seen(Recurrence(math.nan, math.nan, 0.0), 1_000.0, 0.0)
     back, learnt_s = recurrence(
-        mem, 950.0, 900.0, reaction_s=360.0, headroom=0.1, max_hold_s=3_600.0, hold_factor=2.0
+        mem, 950.0, 900.0, min_gap_s=360.0, headroom=0.1, max_hold_s=3_600.0, hold_factor=2.0
     )
     assert learnt_s == pytest.approx(900.0) and back.hold_s == pytest.approx(1_800.0)
     assert back.holding(900.0 + 1_800.0) and not back.holding(900.0 + 1_801.0)
     capped = recurrence(
-        mem, 950.0, 2_000.0, reaction_s=360.0, headroom=0.1, max_hold_s=3_600.0, hold_factor=2.0
+        mem, 950.0, 2_000.0, min_gap_s=360.0, headroom=0.1, max_hold_s=3_600.0, hold_factor=2.0
     )
     assert capped[0].hold_s == 3_600.0

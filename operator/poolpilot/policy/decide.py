@@ -1250,7 +1250,7 @@ class _Tick:
             Recurrence(m.burst_rate_per_s, m.burst_seen_s, m.burst_hold_s),
             self.lam,
             self.now,
-            reaction_s=self.node_lead_s(),
+            min_gap_s=float(self.spec.replicas.scale_down_stabilization_seconds),
             headroom=self.p.scale_in_demand_headroom,
             max_hold_s=self.p.recurrence_max_hold_s,
             hold_factor=self.p.recurrence_hold_factor,

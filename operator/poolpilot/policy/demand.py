@@ -157,7 +157,7 @@ def recurrence(
     now_per_s: float,
     now_s: float,
     *,
-    reaction_s: float,
+    min_gap_s: float,
     headroom: float,
     max_hold_s: float,
     hold_factor: float = 1.0,
@@ -165,10 +165,13 @@ def recurrence(
     """Update the recurrence memory with the demand now; also the gap learnt this tick (0: none).
 
     Demand within `headroom` of the level (or above it) refreshes it. Demand that comes back after
-    staying below it for longer than the node `reaction_s` — long enough for capacity given back to
-    have been missed on its return — lengthens the hold to that gap (at most `max_hold_s`). Gaps shorter
-    than the reaction time are the node envelope's, not this memory's. Pure; the level only rises
-    (a lower recurring level is a different load, and the hold only lengthens on evidence).
+    staying below it for longer than `min_gap_s` lengthens the hold to that gap (at most `max_hold_s`).
+    `min_gap_s` is the scale-down stabilisation window: a trough that long gives the capacity back, and
+    a return after it waits a node reaction time for it however short the gap was. (This was the node
+    reaction time, on the ground that shorter gaps were the node envelope's look-back; that look-back is
+    off by measurement, so a gap between the two was nobody's: heldout-012 learnt nothing until its
+    third burst.) Pure; the level only rises (a lower recurring level is a different load, and the
+    hold only lengthens on evidence).
     """
     if not math.isfinite(now_per_s) or now_per_s <= 0:
         return memory, 0.0
@@ -176,7 +179,7 @@ def recurrence(
     if now_per_s < level * (1.0 - headroom):
         return memory, 0.0
     gap = now_s - memory.seen_s if math.isfinite(memory.seen_s) else 0.0
-    learnt = gap if gap > reaction_s and gap > memory.hold_s else 0.0
+    learnt = gap if gap > min_gap_s and gap > memory.hold_s else 0.0
     updated = Recurrence(
         rate_per_s=max(level, now_per_s),
         seen_s=now_s,
