@@ -1244,13 +1244,19 @@ class _Tick:
 
     def remember_level(self) -> None:
         """Recurrence stage: update the level memory; hold capacity for it through a trough that is no
-        longer than the longest gap after which demand has come back (`demand.recurrence`)."""
+        longer than the longest gap after which demand has come back (`demand.recurrence`).
+
+        A gap counts once it outlasts the scale-down window (the capacity was given back) or the node
+        reaction time (a return waits no longer than that), whichever is shorter, and at least a tick
+        (a window of 0 would read two ticks in a row at the level as a return)."""
         m = self.model
+        window_s = float(self.spec.replicas.scale_down_stabilization_seconds)
+        min_gap_s = max(float(self.spec.tick_seconds), min(window_s, self.node_lead_s()))
         mem, learnt_gap_s = recurrence(
             Recurrence(m.burst_rate_per_s, m.burst_seen_s, m.burst_hold_s),
             self.lam,
             self.now,
-            min_gap_s=float(self.spec.replicas.scale_down_stabilization_seconds),
+            min_gap_s=min_gap_s,
             headroom=self.p.scale_in_demand_headroom,
             max_hold_s=self.p.recurrence_max_hold_s,
             hold_factor=self.p.recurrence_hold_factor,

@@ -166,10 +166,12 @@ def recurrence(
 
     Demand within `headroom` of the level (or above it) refreshes it. Demand that comes back after
     staying below it for longer than `min_gap_s` lengthens the hold to that gap (at most `max_hold_s`).
-    `min_gap_s` is the scale-down stabilisation window: a trough that long gives the capacity back, and
-    a return after it waits a node reaction time for it however short the gap was. (This was the node
-    reaction time, on the ground that shorter gaps were the node envelope's look-back; that look-back is
-    off by measurement, so a gap between the two was nobody's: heldout-012 learnt nothing until its
+    `min_gap_s` is the shorter of the scale-down stabilisation window and the node reaction time (at
+    least a tick): a trough that outlasts the window has given the capacity back, and its return waits a
+    node reaction time however short the trough was; a gap longer than the reaction time is evidence of
+    how long troughs last even where the window is longer. (It was the node reaction time alone, on the
+    ground that shorter gaps were the node envelope's look-back; that look-back is off by measurement, so
+    a gap between the window and a longer reaction time was nobody's: heldout-012 learnt nothing until its
     third burst.) Pure; the level only rises (a lower recurring level is a different load, and the
     hold only lengthens on evidence).
     """
