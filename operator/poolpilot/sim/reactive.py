@@ -37,7 +37,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-WINDOW_S = 60.0
+from poolpilot.sim.oracle import WINDOW_S  # the oracle's minutes are the reference's windows
 
 
 @dataclass(frozen=True, slots=True)

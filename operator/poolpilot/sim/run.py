@@ -33,7 +33,7 @@ Metric definitions:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -78,10 +78,20 @@ class Result:
     series: dict[str, list[float]] = field(default_factory=dict)
     decisions: list[dict[str, Any]] = field(default_factory=list)
     output: EngineOutput | None = field(default=None, repr=False)
+    # Each 1-minute window's p99 as window attainment judges it (`window_p99_ms`), computed once with
+    # the attainment; empty for results without an engine run (the oracle, hindsight). Not in the JSON.
+    p99_per_window_ms: tuple[float, ...] = field(default=(), repr=False)
+
+    def missed_windows(self) -> list[int] | None:
+        """The windows whose p99 missed the objective (an empty window meets); None without an engine run."""
+        if not self.p99_per_window_ms:
+            return None
+        return [m for m, p in enumerate(self.p99_per_window_ms) if p > self.slo_ms]
 
     def to_json(self, *, with_series: bool = True) -> dict[str, Any]:
         """A JSON-safe dict (NaN/inf become None)."""
-        d = {k: v for k, v in asdict(self).items() if k not in ("output", "series", "decisions")}
+        skip = ("output", "series", "decisions", "p99_per_window_ms")
+        d = {k: v for k, v in asdict(self).items() if k not in skip}
         if with_series:
             d["series"] = self.series
             d["decisions"] = [
@@ -169,9 +179,12 @@ def window_attainment(
 ) -> tuple[float, int]:
     """(fraction of 1-minute windows whose q-quantile latency ≤ slo, number of windows); an empty window
     meets it."""
-    p99 = window_p99_ms(arrival_s, latency_ms, ok, duration_s, q)
-    met = sum(1 for x in p99 if math.isnan(x) or x <= slo_ms)
-    return met / len(p99), len(p99)
+    return _attainment(window_p99_ms(arrival_s, latency_ms, ok, duration_s, q), slo_ms)
+
+
+def _attainment(p99_per_window_ms: Sequence[float], slo_ms: float) -> tuple[float, int]:
+    met = sum(1 for x in p99_per_window_ms if math.isnan(x) or x <= slo_ms)
+    return met / len(p99_per_window_ms), len(p99_per_window_ms)
 
 
 def summarize(policy: str, trace: Trace, params: SimParams, out: EngineOutput) -> Result:
@@ -186,9 +199,8 @@ def summarize(policy: str, trace: Trace, params: SimParams, out: EngineOutput) -
     served_lat = lat[ok]
     p99 = float(np.quantile(served_lat, params.latency_quantile)) if len(served_lat) else math.nan
     within = int(np.sum(ok & (lat <= params.slo_ms)))
-    att_w, n_win = window_attainment(
-        out.arrival_s, lat, ok, params.slo_ms, out.duration_s, params.latency_quantile
-    )
+    p99_w = window_p99_ms(out.arrival_s, lat, ok, out.duration_s, params.latency_quantile)
+    att_w, n_win = _attainment(p99_w, params.slo_ms)
     cost = out.node_hours * params.price_per_node_hour_usd
     tokens_served = float(out.tokens[ok].sum())
     rejected = {
@@ -226,6 +238,7 @@ def summarize(policy: str, trace: Trace, params: SimParams, out: EngineOutput) -
         series=out.series,
         decisions=out.decisions,
         output=out,
+        p99_per_window_ms=tuple(p99_w),
     )
 
 

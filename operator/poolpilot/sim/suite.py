@@ -48,12 +48,12 @@ import numpy as np
 
 from poolpilot.loads import DEFAULT_TRACE, Trace, fit_duration, load_azure_csv, scale_rate
 from poolpilot.sim.controllers import FixedController
-from poolpilot.sim.engine import OK, default_batching
+from poolpilot.sim.engine import default_batching
 from poolpilot.sim.oracle import first_minute_need
 from poolpilot.sim.params import SimParams
 from poolpilot.sim.reactive import ReactivePlant, oracle_needs, reactive_reference
 from poolpilot.sim.registry import BASELINE_NAMES, ORACLE, run_policy
-from poolpilot.sim.run import Result, prepare_params, replica_capacity_per_s, simulate, window_p99_ms
+from poolpilot.sim.run import Result, prepare_params, replica_capacity_per_s, simulate
 from poolpilot.sim.search import gallop_bisect
 from poolpilot.sim.suite_load import TOKEN_MIXES, draw_tokens, poisson_arrivals, rate_shape, superpose
 
@@ -240,17 +240,8 @@ def dominators(pp: Point, others: Iterable[Point]) -> list[Point]:
 # ---- one scenario -------------------------------------------------------------------------------
 
 
-def _missed_minutes(r: Result, q: float) -> list[int] | None:
-    """The 1-minute windows the run missed, as window attainment judges them (None: no engine output)."""
-    out = r.output
-    if out is None:
-        return None
-    p99 = window_p99_ms(out.arrival_s, out.latency_ms, out.status == OK, r.duration_s, q)
-    return [m for m, p in enumerate(p99) if p > r.slo_ms]  # an empty window (NaN) meets
-
-
-def _summary(r: Result, q: float) -> dict[str, Any]:
-    missed = _missed_minutes(r, q)
+def _summary(r: Result) -> dict[str, Any]:
+    missed = r.missed_windows()
     return {
         **({"missed": missed} if missed is not None else {}),
         "windows": r.slo_attainment_windows,
@@ -286,7 +277,7 @@ def run_scenario(
     if reuse is not None and ORACLE in reuse["results"] and "oracle_needs" not in reuse and ORACLE not in run:
         run.append(ORACLE)  # a record from before the reactive reference: its oracle runs once more
     raw = {name: run_policy(name, trace, run_params) for name in run}
-    results.update({name: _summary(r, params.latency_quantile) for name, r in raw.items()})
+    results.update({name: _summary(r) for name, r in raw.items()})
     needs: list[int | None] | None = (
         oracle_needs(raw[ORACLE].series, params.slo_ms)
         if ORACLE in raw

@@ -14,16 +14,14 @@ from dataclasses import replace
 import numpy as np
 
 from poolpilot.loads import Trace
-from poolpilot.sim.engine import OK
 from poolpilot.sim.registry import run_policy
-from poolpilot.sim.run import Result, prepare_params, window_p99_ms
+from poolpilot.sim.run import Result, prepare_params
 from poolpilot.sim.suite import POOLPILOT, ScenarioSpec, build_trace, start_replicas
 
 
-def _minute_rows(r: Result, trace: Trace, slo_ms: float, q: float) -> list[str]:
-    out = r.output
-    assert out is not None
-    p99 = window_p99_ms(out.arrival_s, out.latency_ms, out.status == OK, trace.duration_s, q)
+def _minute_rows(r: Result, trace: Trace, slo_ms: float) -> list[str]:
+    p99 = r.p99_per_window_ms
+    assert p99, "an engine run"
     rate = trace.rate_per_window(60.0)
     t = np.asarray(r.series["t_s"])
     asked, ready, nodes = (np.asarray(r.series[k]) for k in ("replicas", "ready_replicas", "nodes"))
@@ -73,5 +71,5 @@ def explain(spec: ScenarioSpec, base: Trace | None, policy: str = POOLPILOT) -> 
         "| minute | demand req/s | replicas asked (max) | ready (min) | nodes (max) | window p99 ms | |",
         "|---|---|---|---|---|---|---|",
     ]
-    body = _minute_rows(r, trace, params.slo_ms, params.latency_quantile)
+    body = _minute_rows(r, trace, params.slo_ms)
     return "\n".join([*head, *body, "", "## Decisions", "", *_decision_lines(r), ""])
