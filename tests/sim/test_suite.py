@@ -289,3 +289,38 @@ def test_explain_reads_the_hour_the_suite_judged() -> None:
     decisions = [line for line in text.splitlines() if line.startswith("- ")]
     assert len(decisions) == len(r.decisions) > 0
     assert all(" — " in line and len(line.split(" — ", 1)[1]) > 10 for line in decisions)
+
+
+def _dominated(
+    pp_missed: list[int], ref_missed: list[int] | None, fleet: tuple[float, float], oracle: float = 1.0
+) -> dict[str, Any]:
+    """A 60-window record: PoolPilot at 10 GPU-h missing `pp_missed`, one fixed fleet (windows, GPU-h)."""
+    rec = _record(1.0 - len(pp_missed) / 60, False, None, (pp_missed, []))
+    rec["frontier"] = [{"nodes": 1, "replicas": 8, "windows": fleet[0], "gpu_hours": fleet[1]}]
+    rec["results"]["oracle"] = {"windows": oracle, "gpu_hours": 4.0}
+    if ref_missed is not None:
+        rec["reactive"] = {"windows": 1 - len(ref_missed) / 60, "gpu_hours": 9.0, "missed": ref_missed}
+    return rec
+
+
+def test_each_dominance_has_one_cause_a_user_can_act_on() -> None:
+    """Infeasible (everyone at 0 %), own misses that decide it, windows won ahead of need, or cost."""
+    every = list(range(60))
+    cases = {
+        "infeasible": _dominated(every, every, (0.0, 8.0), oracle=0.0),
+        # Two own misses: credited with them (58/60 > 57/60) no fleet dominates any more.
+        "own": _dominated([3, 4, 30, 31], [30, 31], (57 / 60, 9.0)),
+        # The same, against a fleet meeting every window: it wins windows the reference misses too.
+        "ahead": _dominated([3, 4, 30, 31], [30, 31], (1.0, 9.0)),
+        # Credited with its own misses it meets every window; the fleet does too, for less.
+        "cost": _dominated([3, 4], [], (1.0, 9.0)),
+        "unknown": _dominated([3, 4], None, (1.0, 9.0)),
+        None: _dominated([3, 4], [], (1.0, 11.0)),  # the fleet costs more: not dominated
+    }
+    for cause, rec in cases.items():
+        assert judge(rec)["cause"] == cause, cause
+    agg = suite.aggregate(list(cases.values()))
+    assert agg["dominated_causes"] == {"infeasible": 1, "own": 1, "ahead": 1, "cost": 1, "unknown": 1}
+    text = suite.markdown(list(cases.values()), "dev", 1.0)
+    assert "  - 1 × own misses: meeting the windows the reactive reference meets" in text
+    assert text.count("| ahead |") == 1 and text.count("| cost |") == 1

@@ -333,11 +333,58 @@ def reactive_plant(params: SimParams, start: int, trace: Trace) -> ReactivePlant
     )
 
 
+# Why PoolPilot is dominated, in the order `dominance_cause` tests them (one cause per scenario).
+CAUSES: dict[str, str] = {
+    "infeasible": "infeasible: no fleet within max meets a window (the oracle meets none); a cheaper "
+    "controller at 0 %",
+    "own": "own misses: meeting the windows the reactive reference meets would end the dominance",
+    "ahead": "ahead of need: even with its own misses met, a dominator wins windows only capacity held "
+    "above every need seen meets",
+    "cost": "cost: even with its own misses met, a dominator meets as many windows for fewer GPU-hours",
+    "unknown": "unknown: the record has no reactive reference (re-run it with --reuse)",
+}
+
+
+def dominance_cause(
+    record: dict[str, Any], pp: Point, dom: Sequence[Point], own_misses: Sequence[int] | None
+) -> str | None:
+    """Which of `CAUSES` explains why PoolPilot is dominated (None: it is not).
+
+    Infeasible first: where the oracle, free to pick any fleet and batching each minute, meets no window,
+    every controller meets none and dominance is cost alone. Then the policy's own losses, where they
+    decide it: PoolPilot credited with the minutes a controller seeing load only as it arrives meets (at
+    the same GPU-hours) is dominated no more. Then, credited so: a dominator that still wins more
+    windows wins them with capacity held above any need seen so far (a fixed fleet holds the hour's
+    peak from t = 0); otherwise the dominators match its windows for fewer GPU-hours (cost).
+    """
+    if not dom:
+        return None
+    oracle = record["results"].get(ORACLE)
+    fleets = record.get("frontier") or []
+    if (oracle is not None and oracle["windows"] <= _EPS) or (
+        oracle is None and fleets and all(f["windows"] <= _EPS for f in fleets)
+    ):
+        return "infeasible"
+    if own_misses is None:
+        return "unknown"
+    missed = record["results"][POOLPILOT].get("missed") or []
+    credited = pp
+    if own_misses and pp.windows < 1.0:
+        windows = round(len(missed) / (1.0 - pp.windows))  # the hour's windows, from the missed share
+        credited = replace(pp, windows=pp.windows + len(own_misses) / windows)
+    still = dominators(credited, dom)
+    if not still:
+        return "own"
+    if any(d.windows > credited.windows + _EPS for d in still):
+        return "ahead"
+    return "cost"
+
+
 def judge(record: dict[str, Any]) -> dict[str, Any]:
-    """Dominance and the ratio to the cheapest fixed fleet meeting 99 %, from a cached record."""
+    """Dominance (with its cause) and the ratio to the cheapest fixed fleet meeting 99 %, from a record."""
     res = record["results"]
     if POOLPILOT not in res:
-        return {"dominated": None, "dominated_by": [], "ratio": None, "pp_meets": None}
+        return {"dominated": None, "dominated_by": [], "ratio": None, "pp_meets": None, "cause": None}
     pp = Point(POOLPILOT, res[POOLPILOT]["windows"], res[POOLPILOT]["gpu_hours"])
     others = [Point(n, r["windows"], r["gpu_hours"]) for n, r in res.items() if n in BASELINE_NAMES]
     others += [Point(f"fixed-{f['nodes']}n", f["windows"], f["gpu_hours"]) for f in record["frontier"]]
@@ -346,19 +393,17 @@ def judge(record: dict[str, Any]) -> dict[str, Any]:
     ratio = pp.gpu_hours / f99["gpu_hours"] if f99 and f99["gpu_hours"] > 0 else None
     reactive = record.get("reactive")
     pp_missed = res[POOLPILOT].get("missed")
+    # PoolPilot's misses the reactive reference meets: the policy's own losses (None if unknown).
+    own = None if reactive is None or pp_missed is None else sorted(set(pp_missed) - set(reactive["missed"]))
     return {
         "dominated": bool(dom),
+        "cause": dominance_cause(record, pp, dom, own),
         "dominated_by": [f"{d.name} ({d.windows:.1%}, {d.gpu_hours:.2f} GPU-h)" for d in dom],
         "ratio": ratio,
         "pp_meets": pp.windows >= WINDOW_GOAL - _EPS,
         # None: a record from before the reactive reference (re-run it with --reuse to add it).
         "reactive_meets": None if reactive is None else reactive["windows"] >= WINDOW_GOAL - _EPS,
-        # PoolPilot's misses the reactive reference meets: the policy's own losses (None if unknown).
-        "own_misses": (
-            None
-            if reactive is None or pp_missed is None
-            else sorted(set(pp_missed) - set(reactive["missed"]))
-        ),
+        "own_misses": own,
     }
 
 
@@ -373,6 +418,7 @@ def aggregate(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {
         "scenarios": len(judged),
         "dominated": sum(1 for _, j in judged if j["dominated"]),
+        "dominated_causes": {c: n for c in CAUSES if (n := sum(1 for _, j in judged if j["cause"] == c))},
         "fraction_dominated": (sum(1 for _, j in judged if j["dominated"]) / len(judged)) if judged else None,
         "with_fixed_fleet_99": len(with_fleet),
         "fraction_pp_meets_99": (
@@ -527,6 +573,16 @@ def _reactive_line(agg: dict[str, Any]) -> str:
     )
 
 
+def _causes_line(agg: dict[str, Any]) -> str:
+    causes = agg["dominated_causes"]
+    if not causes:
+        return ""
+    return "".join(
+        ["- why dominated (one cause each, `poolpilot.sim.suite.dominance_cause`):\n"]
+        + [f"  - {n} × {CAUSES[c]}\n" for c, n in causes.items()]
+    )
+
+
 def _minutes(ms: Sequence[int] | None) -> str:
     if ms is None:
         return "—"
@@ -551,6 +607,7 @@ def markdown(records: Sequence[dict[str, Any]], seed_set: str, wall_s: float) ->
         f"{agg['scenarios']} scenarios; wall time {wall_s:.0f} s (cached scenarios cost nothing).\n\n",
         f"- PoolPilot dominated: **{agg['dominated']} / {agg['scenarios']}** "
         f"({_fmt(agg['fraction_dominated'], '.1%')})\n",
+        _causes_line(agg),
         f"- scenarios where a fixed fleet within max meets 99 % of windows: {agg['with_fixed_fleet_99']}; "
         f"PoolPilot meets 99 % in {_fmt(agg['fraction_pp_meets_99'], '.1%')} of them\n",
         _reactive_line(agg),
@@ -576,11 +633,12 @@ def markdown(records: Sequence[dict[str, Any]], seed_set: str, wall_s: float) ->
         "meeting 99 % of windows (Triton default batching); `reactive` = the reactive reference "
         "(`poolpilot.sim.reactive`: the oracle's per-minute needs, known one scrape into each minute, "
         "held for good, served a node lead and a pod start later) and the minutes it misses; `own misses` = "
-        "the minutes PoolPilot misses and the reference meets.\n\n"
+        "the minutes PoolPilot misses and the reference meets; `why` = the cause of a dominance "
+        "(infeasible, own, ahead, cost: the list above).\n\n"
         "| scenario | peak target | SLO ms | "
         + " | ".join(names)
-        + " | reactive | own misses | fleet99 | ratio | dominated by |\n|"
-        + "---|" * (len(names) + 8)
+        + " | reactive | own misses | fleet99 | ratio | dominated by | why |\n|"
+        + "---|" * (len(names) + 9)
         + "\n"
     )
     for r in records:
@@ -597,7 +655,7 @@ def markdown(records: Sequence[dict[str, Any]], seed_set: str, wall_s: float) ->
             + " | ".join(cells)
             + f" | {_reactive_cell(r.get('reactive'))} | {_minutes(j['own_misses'])} | {f99_text} | "
             + f"{_fmt(j['ratio'], '.2f')} | "
-            + f"{'; '.join(j['dominated_by']) or '—'} |\n"
+            + f"{'; '.join(j['dominated_by']) or '—'} | {j['cause'] or '—'} |\n"
         )
     return "".join(parts)
 
