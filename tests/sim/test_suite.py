@@ -324,3 +324,20 @@ def test_each_dominance_has_one_cause_a_user_can_act_on() -> None:
     text = suite.markdown(list(cases.values()), "dev", 1.0)
     assert "  - 1 × own misses: meeting the windows the reactive reference meets" in text
     assert text.count("| ahead |") == 1 and text.count("| cost |") == 1
+    assert "wall time 1 s" in text
+    assert "rendered from their cached records" in suite.markdown(list(cases.values()), "dev", None)
+
+
+def test_a_dominance_cause_from_a_partial_record() -> None:
+    """No oracle: infeasible when every fixed fleet meets nothing; no reference: infeasible still shows,
+    the rest is unknown; a 59-window hour (a trace cut to 3,502 s) credits its own misses by 59ths."""
+    no_oracle = _dominated(list(range(60)), None, (0.0, 8.0))
+    del no_oracle["results"]["oracle"]
+    assert judge(no_oracle)["cause"] == "infeasible"
+    assert judge(_dominated(list(range(60)), None, (0.0, 8.0), oracle=0.0))["cause"] == "infeasible"
+    # 59 windows, 4 missed, 2 its own: credited 57/59 > 56/59, the fleet's, so its own misses decide.
+    hour59 = _dominated([3, 4, 30, 31], [30, 31], (56 / 59, 9.0))
+    hour59["results"]["poolpilot"]["windows"] = 55 / 59
+    assert judge(hour59)["cause"] == "own"
+    hour59["frontier"][0]["windows"] = 57 / 59  # the fleet meets what credited PoolPilot meets: cost
+    assert judge(hour59)["cause"] == "cost"

@@ -333,7 +333,8 @@ def reactive_plant(params: SimParams, start: int, trace: Trace) -> ReactivePlant
     )
 
 
-# Why PoolPilot is dominated, in the order `dominance_cause` tests them (one cause per scenario).
+# Why PoolPilot is dominated, one cause per scenario (`dominance_cause` tests "infeasible", then "unknown",
+# then the rest in this order).
 CAUSES: dict[str, str] = {
     "infeasible": "infeasible: no fleet within max meets a window (the oracle meets none); a cheaper "
     "controller at 0 %",
@@ -341,7 +342,7 @@ CAUSES: dict[str, str] = {
     "ahead": "ahead of need: even with its own misses met, a dominator wins windows only capacity held "
     "above every need seen meets",
     "cost": "cost: even with its own misses met, a dominator meets as many windows for fewer GPU-hours",
-    "unknown": "unknown: the record has no reactive reference (re-run it with --reuse)",
+    "unknown": "unknown: the record has no reactive reference or missed minutes (re-run it with --reuse)",
 }
 
 
@@ -351,10 +352,11 @@ def dominance_cause(
     """Which of `CAUSES` explains why PoolPilot is dominated (None: it is not).
 
     Infeasible first: where the oracle, free to pick any fleet and batching each minute, meets no window,
-    every controller meets none and dominance is cost alone. Then the policy's own losses, where they
-    decide it: PoolPilot credited with the minutes a controller seeing load only as it arrives meets (at
-    the same GPU-hours) is dominated no more. Then, credited so: a dominator that still wins more
-    windows wins them with capacity held above any need seen so far (a fixed fleet holds the hour's
+    every controller meets none and dominance is cost alone. Unknown, where the record lacks the reactive
+    reference or PoolPilot's missed minutes (`judge`'s own misses are None). Then the policy's own losses,
+    where they decide it: PoolPilot credited with the minutes a controller seeing load only as it arrives
+    meets (at the same GPU-hours) is dominated no more. Then, credited so: a dominator that still wins
+    more windows wins them with capacity held above any need seen so far (a fixed fleet holds the hour's
     peak from t = 0); otherwise the dominators match its windows for fewer GPU-hours (cost).
     """
     if not dom:
@@ -367,10 +369,10 @@ def dominance_cause(
         return "infeasible"
     if own_misses is None:
         return "unknown"
-    missed = record["results"][POOLPILOT].get("missed") or []
     credited = pp
-    if own_misses and pp.windows < 1.0:
-        windows = round(len(missed) / (1.0 - pp.windows))  # the hour's windows, from the missed share
+    if own_misses:  # a subset of PoolPilot's missed minutes, so those are recorded and windows < 1
+        # The hour's window count, from the missed share: 59 for a trace cut to 3,502 s, 60 otherwise.
+        windows = round(len(record["results"][POOLPILOT]["missed"]) / (1.0 - pp.windows))
         credited = replace(pp, windows=pp.windows + len(own_misses) / windows)
     still = dominators(credited, dom)
     if not still:
@@ -599,12 +601,17 @@ def _reactive_cell(reactive: dict[str, Any] | None) -> str:
     return f"{reactive['windows']:.1%} / {reactive['gpu_hours']:.1f}{where}"
 
 
-def markdown(records: Sequence[dict[str, Any]], seed_set: str, wall_s: float) -> str:
+def markdown(records: Sequence[dict[str, Any]], seed_set: str, wall_s: float | None) -> str:
     """The suite as Markdown: aggregate, per family, and one row per scenario."""
     agg = aggregate(records)
     parts = [
         f"# Generalization suite ({seed_set} seeds)\n\n",
-        f"{agg['scenarios']} scenarios; wall time {wall_s:.0f} s (cached scenarios cost nothing).\n\n",
+        f"{agg['scenarios']} scenarios; "
+        + (
+            "rendered from their cached records (`--report-only`: no scenario run).\n\n"
+            if wall_s is None
+            else f"wall time {wall_s:.0f} s (cached scenarios cost nothing).\n\n"
+        ),
         f"- PoolPilot dominated: **{agg['dominated']} / {agg['scenarios']}** "
         f"({_fmt(agg['fraction_dominated'], '.1%')})\n",
         _causes_line(agg),
@@ -634,7 +641,7 @@ def markdown(records: Sequence[dict[str, Any]], seed_set: str, wall_s: float) ->
         "(`poolpilot.sim.reactive`: the oracle's per-minute needs, known one scrape into each minute, "
         "held for good, served a node lead and a pod start later) and the minutes it misses; `own misses` = "
         "the minutes PoolPilot misses and the reference meets; `why` = the cause of a dominance "
-        "(infeasible, own, ahead, cost: the list above).\n\n"
+        "(infeasible, own, ahead, cost, unknown: `poolpilot.sim.suite.CAUSES`).\n\n"
         "| scenario | peak target | SLO ms | "
         + " | ".join(names)
         + " | reactive | own misses | fleet99 | ratio | dominated by | why |\n|"
@@ -720,7 +727,8 @@ def main(args: Any) -> int:
     if reuse_dir is not None and reuse_dir.resolve() == cache_dir.resolve():
         print("poolpilot bench: error: --reuse must name another folder than --cache-dir", file=sys.stderr)
         return 2
-    if getattr(args, "report_only", False):
+    report_only = bool(getattr(args, "report_only", False))
+    if report_only:
         found = [cached(cache_dir, s, default_policies()) for s in specs]
         records = [r for r in found if r is not None]
         missing = [s.name for s, r in zip(specs, found, strict=True) if r is None]
@@ -758,6 +766,8 @@ def main(args: Any) -> int:
         out(f"wrote {args.json}")
     if args.markdown:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(markdown(records, args.seeds, wall), encoding="utf-8")
+        args.markdown.write_text(
+            markdown(records, args.seeds, None if report_only else wall), encoding="utf-8"
+        )
         out(f"wrote {args.markdown}")
     return 0
