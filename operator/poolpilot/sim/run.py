@@ -86,7 +86,7 @@ class Result:
         """The windows whose p99 missed the objective (an empty window meets); None without an engine run."""
         if not self.p99_per_window_ms:
             return None
-        return [m for m, p in enumerate(self.p99_per_window_ms) if p > self.slo_ms]
+        return [m for m, p in enumerate(self.p99_per_window_ms) if not window_met(p, self.slo_ms)]
 
     def to_json(self, *, with_series: bool = True) -> dict[str, Any]:
         """A JSON-safe dict (NaN/inf become None)."""
@@ -182,8 +182,13 @@ def window_attainment(
     return _attainment(window_p99_ms(arrival_s, latency_ms, ok, duration_s, q), slo_ms)
 
 
+def window_met(p99_ms: float, slo_ms: float) -> bool:
+    """Whether a 1-minute window meets the objective: its p99 within it, or no request at all (NaN)."""
+    return math.isnan(p99_ms) or p99_ms <= slo_ms
+
+
 def _attainment(p99_per_window_ms: Sequence[float], slo_ms: float) -> tuple[float, int]:
-    met = sum(1 for x in p99_per_window_ms if math.isnan(x) or x <= slo_ms)
+    met = sum(1 for x in p99_per_window_ms if window_met(x, slo_ms))
     return met / len(p99_per_window_ms), len(p99_per_window_ms)
 
 

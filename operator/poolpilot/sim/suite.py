@@ -362,7 +362,7 @@ def dominance_cause(
     if not dom:
         return None
     oracle = record["results"].get(ORACLE)
-    fleets = record.get("frontier") or []
+    fleets = record["frontier"]
     if (oracle is not None and oracle["windows"] <= _EPS) or (
         oracle is None and fleets and all(f["windows"] <= _EPS for f in fleets)
     ):

@@ -8,14 +8,13 @@ with its reasons — the way each loss in docs/generalization.md was read.
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import numpy as np
 
 from poolpilot.loads import Trace
 from poolpilot.sim.registry import run_policy
-from poolpilot.sim.run import Result, prepare_params
+from poolpilot.sim.run import Result, prepare_params, window_met
 from poolpilot.sim.suite import POOLPILOT, ScenarioSpec, build_trace, start_replicas
 
 
@@ -30,7 +29,7 @@ def _minute_rows(r: Result, trace: Trace, slo_ms: float) -> list[str]:
         sel = (t >= 60 * m) & (t < 60 * (m + 1))
         if not sel.any():
             sel = np.abs(t - 60 * m) == np.min(np.abs(t - 60 * m))
-        verdict = "met" if math.isnan(p) or p <= slo_ms else "MISSED"
+        verdict = "met" if window_met(p, slo_ms) else "MISSED"
         demand = float(rate[m]) if m < len(rate) else 0.0
         rows.append(
             f"| {m} | {demand:,.1f} | {int(asked[sel].max())} | {int(ready[sel].min())} | "
