@@ -83,6 +83,39 @@ def test_envelopes_are_ordered_and_never_below_now() -> None:
         assert now <= fc.replicas_per_s <= fc.nodes_per_s
 
 
+def test_a_rise_back_towards_a_level_already_reached_stops_at_that_level() -> None:
+    """A trend is extrapolated into load not yet seen; below the busiest level demand has reached, a rise
+    is a return to it (an on/off or Markov load switching back to its high state) and the envelopes stop
+    there. At or above that level, or with none recorded, the trend counts in full."""
+    h = hist([100.0 + 10 * i for i in range(20)])  # +10/s every 15 s: a 10 % cap binds at 300/s
+    rising = fc_of(300.0, h)
+    assert rising.replicas_per_s == pytest.approx(330.0) and rising.nodes_per_s == pytest.approx(330.0)
+
+    def seen(level: float, history: tuple[HistoryEntry, ...] = h) -> Any:
+        return forecast_demand(
+            300.0,
+            history,
+            NOW,
+            pod_reaction_s=75.0,
+            node_reaction_s=360.0,
+            trend_window_s=300.0,
+            min_rise_ratio=0.1,
+            max_rise_ratio=0.1,
+            seen_level_per_s=level,
+        )
+
+    back = seen(310.0)
+    assert back.replicas_per_s == pytest.approx(310.0) and back.nodes_per_s == pytest.approx(310.0)
+    assert back.trend_per_s2 == rising.trend_per_s2  # the trend is still reported; only its reach stops
+    assert seen(300.0).nodes_per_s == pytest.approx(330.0)  # at the level: new ground from here
+    assert seen(250.0).nodes_per_s == pytest.approx(330.0)  # above it
+    assert seen(math.nan).nodes_per_s == pytest.approx(330.0)  # none recorded
+    assert seen(400.0).nodes_per_s == pytest.approx(330.0)  # the level is above the whole rise
+    # The level stops the trend only: a busier sample within the node look-back still counts in full.
+    peaked = hist([100.0 + 10 * i for i in range(19)] + [350.0])
+    assert seen(320.0, peaked).nodes_per_s == pytest.approx(350.0)
+
+
 def test_nan_and_future_entries_are_ignored() -> None:
     h = (
         HistoryEntry(time_s=NOW - 30, replicas=1, rate_per_s=math.nan),

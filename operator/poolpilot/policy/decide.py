@@ -1514,12 +1514,16 @@ class _Tick:
             measure_window_s=_P99_WINDOW_S,
             tick_s=float(self.spec.tick_seconds),
             lookback=p.envelope_lookback,
+            seen_level_per_s=self.model.burst_rate_per_s,
         )
         self.fc = fc
         if fc.replicas_per_s > self.lam * 1.005:
             why = "rising" if fc.trend_per_s2 > 0 else "peaked within the pod start"
+            level = self.model.burst_rate_per_s
+            back = fc.trend_per_s2 > 0 and self.lam < level and fc.replicas_per_s >= level * (1 - 1e-9)
             self.reasons.append(
                 f"demand {why}: sizing replicas for {fc.replicas_per_s:.0f}/s ({self.lam:.0f}/s now)"
+                + (f", the trend stopped at the {level:.0f}/s demand has reached before" if back else "")
             )
         return fc
 

@@ -81,16 +81,22 @@ def envelope(
     slope_per_s2: float,
     max_rise_ratio: float,
     lookback_s: float | None = None,
+    seen_level_per_s: float = math.nan,
 ) -> float:
     """Demand that can arrive before a correction asked for now takes effect (module docstring).
 
     The trend term is capped at `max_rise_ratio` x now: a 5-minute trend extrapolated over a
     6-minute node lead doubles any burst at the start of a ramp, and nodes ordered for it are
-    billed while they provision even if the burst is gone.
+    billed while they provision even if the burst is gone. Below `seen_level_per_s`, the busiest
+    level demand has reached (`Recurrence.rate_per_s`), a rise is a return to that level and stops
+    there: a trend is extrapolated only into load not seen yet (a least-squares line through an
+    on/off or Markov load switching back to its high state rises past it, and bought a node for it).
     """
     back = reaction_s if lookback_s is None else lookback_s
     peak = recent_peak(now_per_s, history, now_s, back) if back > 0 else now_per_s
     rise = min(max(slope_per_s2, 0.0) * max(reaction_s, 0.0), max_rise_ratio * now_per_s)
+    if math.isfinite(seen_level_per_s) and now_per_s < seen_level_per_s:
+        rise = min(rise, max(0.0, seen_level_per_s - peak))
     return peak + rise
 
 
@@ -107,8 +113,10 @@ def forecast_demand(
     measure_window_s: float = 0.0,
     tick_s: float = 0.0,
     lookback: bool = True,
+    seen_level_per_s: float = math.nan,
 ) -> DemandForecast:
-    """The forecast stage: a trend counts only when its rise over the window is a real share of now.
+    """The forecast stage: a trend counts only when its rise over the window is a real share of now,
+    and reaches no further than `seen_level_per_s` while demand is below it (`envelope`).
 
     `lookback` False: the envelopes are demand now plus the trend (no recent-peak term; see
     `PolicyParams.envelope_lookback` for why that is the default).
@@ -123,8 +131,12 @@ def forecast_demand(
         pod_back = node_back = 0.0
     return DemandForecast(
         now_per_s=now_per_s,
-        replicas_per_s=envelope(now_per_s, history, now_s, pod_reaction_s, slope, max_rise_ratio, pod_back),
-        nodes_per_s=envelope(now_per_s, history, now_s, node_reaction_s, slope, max_rise_ratio, node_back),
+        replicas_per_s=envelope(
+            now_per_s, history, now_s, pod_reaction_s, slope, max_rise_ratio, pod_back, seen_level_per_s
+        ),
+        nodes_per_s=envelope(
+            now_per_s, history, now_s, node_reaction_s, slope, max_rise_ratio, node_back, seen_level_per_s
+        ),
         trend_per_s2=slope,
         recent_peak_per_s=recent_peak(now_per_s, history, now_s, node_reaction_s),
     )
