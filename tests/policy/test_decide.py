@@ -789,7 +789,8 @@ def test_the_node_envelope_look_back_is_a_switch(kit: SimpleNamespace) -> None:
 def test_demand_rising_back_to_a_level_it_has_reached_is_sized_for_that_level(kit: SimpleNamespace) -> None:
     """A load switching back to its high state (Markov, on/off) fits a rising trend that would carry the
     envelopes past the level it reached before: they stop at that level, and so does the node pool (here
-    the trend's 10 % would open a second node for one replica)."""
+    the trend's 10 % would open a second node for one replica). A level above the whole rise, or below
+    demand now, changes nothing."""
     spec = kit.make_spec(replicas={"min": 1, "max": 256})
     history = tuple(
         HistoryEntry(time_s=NOW - 15 * i, replicas=8, rate_per_s=1060.0 * (1 - 0.03 * i))
@@ -797,18 +798,24 @@ def test_demand_rising_back_to_a_level_it_has_reached_is_sized_for_that_level(ki
     )
     base = replace(settled_state(8, kit.batching(0)), history=history)
     assert base.latency_model is not None
-    seen = replace(base, latency_model=replace(base.latency_model, burst_rate_per_s=1100.0))
-    signals = sig(1060, 120, ready=8)
-    new_ground = decide(spec, base, signals, NOW, node_pool=kit.make_node_pool())
-    back = decide(spec, seen, signals, NOW, node_pool=kit.make_node_pool())
+
+    def at_level(level: float) -> Decision:
+        model = replace(base.latency_model, burst_rate_per_s=level, burst_seen_s=NOW - 900.0)
+        return decide(spec, replace(base, latency_model=model), sig(1060, 120, ready=8), NOW, node_pool=pool)
+
+    pool = kit.make_node_pool()
+    new_ground = decide(spec, base, sig(1060, 120, ready=8), NOW, node_pool=pool)
+    back = at_level(1100.0)
     assert new_ground.demand_per_s == pytest.approx(1166.0)  # the trend's 10 % cap
     assert back.demand_per_s == pytest.approx(1100.0)
     assert back.node_demand is not None and new_ground.node_demand is not None
     assert (back.replicas, back.node_demand.gpus_ahead) == (8, 8)
     assert (new_ground.replicas, new_ground.node_demand.gpus_ahead) == (9, 9)
-    stopped = "the trend stopped at the 1100/s demand has reached before"
-    assert any(stopped in r for r in back.reasons), back.reasons
-    assert not any("the trend stopped" in r for r in new_ground.reasons)
+    stopped = "trend stopped at 1100/s, a level demand reached before this rise"
+    assert any(r.startswith(stopped) for r in back.reasons), back.reasons
+    for same in (new_ground, at_level(1300.0), at_level(1000.0)):
+        assert same.demand_per_s == pytest.approx(1166.0)
+        assert not any("trend stopped" in r for r in same.reasons), same.reasons
 
 
 def test_a_declared_batch_latency_profile_is_the_prior(kit: SimpleNamespace) -> None:

@@ -13,6 +13,7 @@ from poolpilot.policy.demand import (
     forecast_demand,
     recent_peak,
     recurrence,
+    return_level,
     trend_per_s2,
 )
 from poolpilot.policy.types import HistoryEntry
@@ -83,37 +84,94 @@ def test_envelopes_are_ordered_and_never_below_now() -> None:
         assert now <= fc.replicas_per_s <= fc.nodes_per_s
 
 
-def test_a_rise_back_towards_a_level_already_reached_stops_at_that_level() -> None:
-    """A trend is extrapolated into load not yet seen; below the busiest level demand has reached, a rise
-    is a return to it (an on/off or Markov load switching back to its high state) and the envelopes stop
-    there. At or above that level, or with none recorded, the trend counts in full."""
-    h = hist([100.0 + 10 * i for i in range(20)])  # +10/s every 15 s: a 10 % cap binds at 300/s
-    rising = fc_of(300.0, h)
-    assert rising.replicas_per_s == pytest.approx(330.0) and rising.nodes_per_s == pytest.approx(330.0)
+def test_a_rise_back_towards_a_level_reached_before_it_stops_at_that_level() -> None:
+    """A trend is extrapolated into load not yet seen. Below a level demand reached before this rise began
+    (above every sample the trend is fitted on), a rise is a return to it — an on/off or Markov load
+    switching back to its high state — and the envelopes stop there. A level set by the rise itself, at or
+    below demand now, last seen longer ago than the age limit, or none: the trend counts in full."""
+    h = hist([100.0 + 10 * i for i in range(20)])  # +10/s every 15 s up to 290/s: a 10 % cap at 300/s
 
-    def seen(level: float, history: tuple[HistoryEntry, ...] = h) -> Any:
+    def fc(level: float, history: tuple[HistoryEntry, ...] = h, seen_s: float = NOW - 900.0) -> Any:
         return forecast_demand(
             300.0,
             history,
             NOW,
+            pod_reaction_s=90.0,
+            node_reaction_s=360.0,
+            trend_window_s=300.0,
+            min_rise_ratio=0.1,
+            max_rise_ratio=0.1,
+            measure_window_s=60.0,
+            tick_s=15.0,
+            levels=Recurrence(level, seen_s, 0.0),
+            level_max_age_s=3_600.0,
+        )
+
+    full = fc(math.nan)
+    assert (full.replicas_per_s, full.nodes_per_s) == (pytest.approx(330.0), pytest.approx(330.0))
+    assert math.isnan(full.trend_stopped_at_per_s)
+    back = fc(310.0)
+    assert (back.replicas_per_s, back.nodes_per_s) == (pytest.approx(310.0), pytest.approx(310.0))
+    assert back.trend_stopped_at_per_s == 310.0
+    assert back.trend_per_s2 == full.trend_per_s2  # the trend is still reported; only its reach stops
+    for no_cut in (
+        fc(300.0),  # at the level: new ground from here
+        fc(250.0),  # above it
+        fc(310.0, seen_s=NOW - 3_601.0),  # last seen longer ago than the age limit: a new phase
+        fc(400.0),  # above the whole rise: nothing to stop
+    ):
+        assert no_cut.nodes_per_s == pytest.approx(330.0)
+        assert math.isnan(no_cut.trend_stopped_at_per_s)
+    noisy = fc(310.0, hist([100.0 + 10 * i for i in range(19)] + [310.0]))  # a sample of this minute set it
+    assert math.isnan(noisy.trend_stopped_at_per_s)
+    assert noisy.nodes_per_s == pytest.approx(310.0 + 30.0)  # the node look-back's peak plus the whole rise
+    # Only the trend stops: a busier sample within the node look-back still counts in full.
+    peaked = hist([100.0 + 10 * i for i in range(12)] + [350.0] + [220.0 + 10 * i for i in range(7)])
+    assert fc(360.0, peaked).nodes_per_s == pytest.approx(360.0)
+
+
+def test_a_noisy_ramp_into_new_load_keeps_its_trend() -> None:
+    """On a ramp into load never seen, the busiest level is the ramp's own latest noise: it sits above
+    demand now on every other tick, and stopping the trend there would order nodes late, or never (a
+    node bought on the forecast must be asked for two ticks running). Tracked as the recurrence memory
+    tracks it, tick by tick, it stops nothing."""
+    rates = [300.0 + 4.0 * k + (9.0 if k % 2 else -9.0) for k in range(60)]  # +4/s per tick, ±9/s noise
+    mem = Recurrence(math.nan, math.nan, 0.0)
+    for k, now_per_s in enumerate(rates):
+        now_s = NOW + 15.0 * k
+        history = tuple(
+            HistoryEntry(time_s=now_s - 15.0 * (k - i), replicas=1, rate_per_s=r)
+            for i, r in enumerate(rates[:k])
+        )
+        fc = forecast_demand(
+            now_per_s,
+            history,
+            now_s,
             pod_reaction_s=75.0,
             node_reaction_s=360.0,
             trend_window_s=300.0,
             min_rise_ratio=0.1,
             max_rise_ratio=0.1,
-            seen_level_per_s=level,
+            measure_window_s=60.0,
+            tick_s=15.0,
+            lookback=False,
+            levels=mem,
+            level_max_age_s=3_600.0,
         )
+        assert math.isnan(fc.trend_stopped_at_per_s), (k, now_per_s, mem.rate_per_s)
+        mem = recurrence(mem, now_per_s, now_s, min_gap_s=300.0, headroom=0.1, max_hold_s=3_600.0)[0]
 
-    back = seen(310.0)
-    assert back.replicas_per_s == pytest.approx(310.0) and back.nodes_per_s == pytest.approx(310.0)
-    assert back.trend_per_s2 == rising.trend_per_s2  # the trend is still reported; only its reach stops
-    assert seen(300.0).nodes_per_s == pytest.approx(330.0)  # at the level: new ground from here
-    assert seen(250.0).nodes_per_s == pytest.approx(330.0)  # above it
-    assert seen(math.nan).nodes_per_s == pytest.approx(330.0)  # none recorded
-    assert seen(400.0).nodes_per_s == pytest.approx(330.0)  # the level is above the whole rise
-    # The level stops the trend only: a busier sample within the node look-back still counts in full.
-    peaked = hist([100.0 + 10 * i for i in range(19)] + [350.0])
-    assert seen(320.0, peaked).nodes_per_s == pytest.approx(350.0)
+
+def test_the_return_level_is_a_recurrence_level_reached_before_the_current_rate() -> None:
+    h = hist([100.0, 300.0] + [100.0] * 22)  # 300/s 5.5 minutes ago, then 100/s
+    kw: dict[str, Any] = {"fresh_s": 75.0, "max_age_s": 3_600.0}
+    assert return_level(300.0, NOW - 330.0, 150.0, h, NOW, **kw) == 300.0
+    wider = {**kw, "fresh_s": 360.0}  # the 300/s sample is in the span that shares the rate's noise
+    assert math.isnan(return_level(300.0, NOW - 330.0, 150.0, h, NOW, **wider))
+    assert math.isnan(return_level(300.0, NOW - 330.0, 300.0, h, NOW, **kw))  # demand is there now
+    assert math.isnan(return_level(300.0, math.nan, 150.0, h, NOW, **kw))
+    assert math.isnan(return_level(math.nan, NOW - 330.0, 150.0, h, NOW, **kw))
+    assert math.isnan(return_level(300.0, NOW - 3_601.0, 150.0, h, NOW, **kw))  # a new phase
 
 
 def test_nan_and_future_entries_are_ignored() -> None:

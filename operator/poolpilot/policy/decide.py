@@ -1253,7 +1253,7 @@ class _Tick:
         window_s = float(self.spec.replicas.scale_down_stabilization_seconds)
         min_gap_s = max(float(self.spec.tick_seconds), min(window_s, self.node_lead_s()))
         mem, learnt_gap_s = recurrence(
-            Recurrence(m.burst_rate_per_s, m.burst_seen_s, m.burst_hold_s),
+            self.levels(),
             self.lam,
             self.now,
             min_gap_s=min_gap_s,
@@ -1514,18 +1514,26 @@ class _Tick:
             measure_window_s=_P99_WINDOW_S,
             tick_s=float(self.spec.tick_seconds),
             lookback=p.envelope_lookback,
-            seen_level_per_s=self.model.burst_rate_per_s,
+            levels=self.levels(),
+            level_max_age_s=p.recurrence_max_hold_s,
         )
         self.fc = fc
         if fc.replicas_per_s > self.lam * 1.005:
             why = "rising" if fc.trend_per_s2 > 0 else "peaked within the pod start"
-            level = self.model.burst_rate_per_s
-            back = fc.trend_per_s2 > 0 and self.lam < level and fc.replicas_per_s >= level * (1 - 1e-9)
             self.reasons.append(
                 f"demand {why}: sizing replicas for {fc.replicas_per_s:.0f}/s ({self.lam:.0f}/s now)"
-                + (f", the trend stopped at the {level:.0f}/s demand has reached before" if back else "")
+            )
+        if _finite(fc.trend_stopped_at_per_s):
+            self.reasons.append(
+                f"trend stopped at {fc.trend_stopped_at_per_s:.0f}/s, a level demand reached before this "
+                f"rise (replicas sized for {fc.replicas_per_s:.0f}/s, nodes for {fc.nodes_per_s:.0f}/s)"
             )
         return fc
+
+    def levels(self) -> Recurrence:
+        """The recurrence memory (`demand.recurrence`) as the model persists it in status."""
+        m = self.model
+        return Recurrence(m.burst_rate_per_s, m.burst_seen_s, m.burst_hold_s)
 
     def predict(self, replicas: int, d: int, k: int, lam: float) -> tuple[float, float]:
         """The p99 and utilisation `replicas` give at (d, k) and demand `lam` (`plan.predict`)."""

@@ -42,6 +42,8 @@ class DemandForecast:
     # Busiest demand recorded within the whole node reaction time (now included): a node is released only
     # if one fewer would have served it (a released node takes that long to come back).
     recent_peak_per_s: float
+    # The level a rising trend stopped at in either envelope (`return_level`); NaN when it counted in full.
+    trend_stopped_at_per_s: float = math.nan
 
 
 def trend_per_s2(history: Sequence[HistoryEntry], now_s: float, window_s: float) -> float:
@@ -81,23 +83,47 @@ def envelope(
     slope_per_s2: float,
     max_rise_ratio: float,
     lookback_s: float | None = None,
-    seen_level_per_s: float = math.nan,
+    return_level_per_s: float = math.nan,
 ) -> float:
     """Demand that can arrive before a correction asked for now takes effect (module docstring).
 
     The trend term is capped at `max_rise_ratio` x now: a 5-minute trend extrapolated over a
     6-minute node lead doubles any burst at the start of a ramp, and nodes ordered for it are
-    billed while they provision even if the burst is gone. Below `seen_level_per_s`, the busiest
-    level demand has reached (`Recurrence.rate_per_s`), a rise is a return to that level and stops
-    there: a trend is extrapolated only into load not seen yet (a least-squares line through an
-    on/off or Markov load switching back to its high state rises past it, and bought a node for it).
+    billed while they provision even if the burst is gone. Below `return_level_per_s` (`return_level`)
+    the rise stops at that level: a trend is extrapolated only into load not seen yet.
     """
     back = reaction_s if lookback_s is None else lookback_s
     peak = recent_peak(now_per_s, history, now_s, back) if back > 0 else now_per_s
     rise = min(max(slope_per_s2, 0.0) * max(reaction_s, 0.0), max_rise_ratio * now_per_s)
-    if math.isfinite(seen_level_per_s) and now_per_s < seen_level_per_s:
-        rise = min(rise, max(0.0, seen_level_per_s - peak))
+    if math.isfinite(return_level_per_s) and now_per_s < return_level_per_s:
+        rise = min(rise, max(0.0, return_level_per_s - peak))
     return peak + rise
+
+
+def return_level(
+    level_per_s: float,
+    level_seen_s: float,
+    now_per_s: float,
+    history: Sequence[HistoryEntry],
+    now_s: float,
+    *,
+    fresh_s: float,
+    max_age_s: float,
+) -> float:
+    """The level a rise in demand is a return to (NaN: none), which the trend is not extrapolated past.
+
+    It is the busiest level demand has reached (`Recurrence.rate_per_s`) when that lies above demand now
+    and above every sample of the last `fresh_s` — the span the 60 s rate now and the next tick overlap,
+    whose samples share its noise: a running maximum set there sits just above a noisy ramp into new
+    load, not at a level the load held before — and was last seen within `max_age_s` (after longer, a
+    load is a new phase: `recurrence`). A least-squares line through an on/off or Markov load
+    switching back to its high state rises past that state.
+    """
+    if not (math.isfinite(level_per_s) and math.isfinite(level_seen_s)) or now_s - level_seen_s > max_age_s:
+        return math.nan
+    if level_per_s <= recent_peak(now_per_s, history, now_s, fresh_s):
+        return math.nan
+    return level_per_s
 
 
 def forecast_demand(
@@ -113,10 +139,12 @@ def forecast_demand(
     measure_window_s: float = 0.0,
     tick_s: float = 0.0,
     lookback: bool = True,
-    seen_level_per_s: float = math.nan,
+    levels: Recurrence | None = None,
+    level_max_age_s: float = math.inf,
 ) -> DemandForecast:
     """The forecast stage: a trend counts only when its rise over the window is a real share of now,
-    and reaches no further than `seen_level_per_s` while demand is below it (`envelope`).
+    and reaches no further than the level demand is returning to (`return_level`, from the recurrence
+    memory `levels`; none when not given).
 
     `lookback` False: the envelopes are demand now plus the trend (no recent-peak term; see
     `PolicyParams.envelope_lookback` for why that is the default).
@@ -129,16 +157,30 @@ def forecast_demand(
     pod_back, node_back = pod_reaction_s - covered, node_reaction_s - covered
     if not lookback:
         pod_back = node_back = 0.0
+    level = math.nan
+    if levels is not None:
+        level = return_level(
+            levels.rate_per_s,
+            levels.seen_s,
+            now_per_s,
+            history,
+            now_s,
+            fresh_s=covered,
+            max_age_s=level_max_age_s,
+        )
+    replicas, nodes = (
+        envelope(now_per_s, history, now_s, reaction, slope, max_rise_ratio, back, level)
+        for reaction, back in ((pod_reaction_s, pod_back), (node_reaction_s, node_back))
+    )
+    # Stopped: the level cut the node envelope, the longer of the two (a cut replica envelope cuts it).
+    full_nodes = envelope(now_per_s, history, now_s, node_reaction_s, slope, max_rise_ratio, node_back)
     return DemandForecast(
         now_per_s=now_per_s,
-        replicas_per_s=envelope(
-            now_per_s, history, now_s, pod_reaction_s, slope, max_rise_ratio, pod_back, seen_level_per_s
-        ),
-        nodes_per_s=envelope(
-            now_per_s, history, now_s, node_reaction_s, slope, max_rise_ratio, node_back, seen_level_per_s
-        ),
+        replicas_per_s=replicas,
+        nodes_per_s=nodes,
         trend_per_s2=slope,
         recent_peak_per_s=recent_peak(now_per_s, history, now_s, node_reaction_s),
+        trend_stopped_at_per_s=level if nodes < full_nodes else math.nan,
     )
 
 
