@@ -50,6 +50,34 @@ def fc_of(
     )
 
 
+def fc_level(
+    now: float,
+    h: tuple[HistoryEntry, ...],
+    levels: Recurrence,
+    *,
+    now_s: float = NOW,
+    pod_s: float = 75.0,
+    max_rise_ratio: float = 0.1,
+    lookback: bool = True,
+) -> Any:
+    """`forecast_demand` as `decide` calls it (a 60 s rate, 15 s ticks) with a recurrence memory."""
+    return forecast_demand(
+        now,
+        h,
+        now_s,
+        pod_reaction_s=pod_s,
+        node_reaction_s=360.0,
+        trend_window_s=300.0,
+        min_rise_ratio=0.1,
+        max_rise_ratio=max_rise_ratio,
+        measure_window_s=60.0,
+        tick_s=15.0,
+        lookback=lookback,
+        levels=levels,
+        level_max_age_s=3_600.0,
+    )
+
+
 def test_a_burst_is_remembered_for_the_reaction_time_and_no_longer() -> None:
     # A 600/s burst 2 minutes ago, 100/s since.
     h = hist([600.0] + [100.0] * 7)
@@ -92,20 +120,7 @@ def test_a_rise_back_towards_a_level_reached_before_it_stops_at_that_level() -> 
     h = hist([100.0 + 10 * i for i in range(20)])  # +10/s every 15 s up to 290/s: a 10 % cap at 300/s
 
     def fc(level: float, history: tuple[HistoryEntry, ...] = h, seen_s: float = NOW - 900.0) -> Any:
-        return forecast_demand(
-            300.0,
-            history,
-            NOW,
-            pod_reaction_s=90.0,
-            node_reaction_s=360.0,
-            trend_window_s=300.0,
-            min_rise_ratio=0.1,
-            max_rise_ratio=0.1,
-            measure_window_s=60.0,
-            tick_s=15.0,
-            levels=Recurrence(level, seen_s, 0.0),
-            level_max_age_s=3_600.0,
-        )
+        return fc_level(300.0, history, Recurrence(level, seen_s, 0.0), pod_s=90.0)
 
     full = fc(math.nan)
     assert (full.replicas_per_s, full.nodes_per_s) == (pytest.approx(330.0), pytest.approx(330.0))
@@ -143,23 +158,35 @@ def test_a_noisy_ramp_into_new_load_keeps_its_trend() -> None:
             HistoryEntry(time_s=now_s - 15.0 * (k - i), replicas=1, rate_per_s=r)
             for i, r in enumerate(rates[:k])
         )
-        fc = forecast_demand(
-            now_per_s,
-            history,
-            now_s,
-            pod_reaction_s=75.0,
-            node_reaction_s=360.0,
-            trend_window_s=300.0,
-            min_rise_ratio=0.1,
-            max_rise_ratio=0.1,
-            measure_window_s=60.0,
-            tick_s=15.0,
-            lookback=False,
-            levels=mem,
-            level_max_age_s=3_600.0,
-        )
+        fc = fc_level(now_per_s, history, mem, now_s=now_s, lookback=False)
         assert math.isnan(fc.trend_stopped_at_per_s), (k, now_per_s, mem.rate_per_s)
         mem = recurrence(mem, now_per_s, now_s, min_gap_s=300.0, headroom=0.1, max_hold_s=3_600.0)[0]
+
+
+def test_a_level_counts_once_it_is_older_than_the_measurement_window_and_a_tick() -> None:
+    """With a 60 s rate and 15 s ticks, a level sampled 90 s ago is a level the load held before; one
+    sampled 75 s or 60 s ago shares the rate's noise. Its age limit is inclusive. A level between the two
+    envelopes stops the node envelope only, and is reported."""
+
+    def fc(history: tuple[HistoryEntry, ...], level: float, seen_s: float = NOW - 900.0) -> Any:
+        return fc_level(300.0, history, Recurrence(level, seen_s, 0.0), max_rise_ratio=1.0, lookback=False)
+
+    def ramp_with(level_at_steps: int) -> tuple[HistoryEntry, ...]:
+        rates = [100.0 + 10 * i for i in range(20)]
+        rates[20 - level_at_steps] = 320.0  # `level_at_steps` ticks of 15 s before NOW
+        return hist(rates)
+
+    assert fc(ramp_with(6), 320.0).trend_stopped_at_per_s == 320.0  # 90 s ago
+    assert math.isnan(fc(ramp_with(5), 320.0).trend_stopped_at_per_s)  # 75 s ago
+    assert math.isnan(fc(ramp_with(4), 320.0).trend_stopped_at_per_s)  # 60 s ago
+    assert fc(ramp_with(6), 320.0, seen_s=NOW - 3_600.0).trend_stopped_at_per_s == 320.0
+    # The replica lever's 75 s of trend stays below a level its node lever's 360 s would pass.
+    full = fc(hist([100.0 + 10 * i for i in range(20)]), math.nan)
+    between = (full.replicas_per_s + full.nodes_per_s) / 2
+    split = fc(hist([100.0 + 10 * i for i in range(20)]), between)
+    assert split.replicas_per_s == pytest.approx(full.replicas_per_s)
+    assert split.nodes_per_s == pytest.approx(between) and between < full.nodes_per_s
+    assert split.trend_stopped_at_per_s == between
 
 
 def test_the_return_level_is_a_recurrence_level_reached_before_the_current_rate() -> None:

@@ -6,7 +6,8 @@ time must already be provisioned for, so each lever is sized for an *envelope* o
 
     envelope(reaction) = max(demand now, the busiest demand recorded within the last
                              `reaction` − `measure_window` − `tick` s)
-                         + the fitted rising trend over `reaction` (capped at a share of now)
+                         + the fitted rising trend over `reaction` (capped at a share of now, and so
+                           that the envelope does not pass a level demand is returning to: `return_level`)
 
 The measured demand is itself a rate over the last `measure_window` (Prometheus' 60 s), and the next tick
 measures again before a correction asked for now could land: that much of the reaction time is already
@@ -113,11 +114,11 @@ def return_level(
     """The level a rise in demand is a return to (NaN: none), which the trend is not extrapolated past.
 
     It is the busiest level demand has reached (`Recurrence.rate_per_s`) when that lies above demand now
-    and above every sample of the last `fresh_s` — the span the 60 s rate now and the next tick overlap,
-    whose samples share its noise: a running maximum set there sits just above a noisy ramp into new
-    load, not at a level the load held before — and was last seen within `max_age_s` (after longer, a
-    load is a new phase: `recurrence`). A least-squares line through an on/off or Markov load
-    switching back to its high state rises past that state.
+    and above every sample of the last `fresh_s` (the measurement window plus a tick, the span the
+    look-backs leave out too: a running maximum set there sits just above a noisy ramp into new load,
+    not at a level the load held before), and demand last came within the recurrence headroom of it no
+    longer than `max_age_s` ago (after longer, a load is a new phase: `recurrence`). A least-squares line
+    through an on/off or Markov load switching back to its high state rises past that state.
     """
     if not (math.isfinite(level_per_s) and math.isfinite(level_seen_s)) or now_s - level_seen_s > max_age_s:
         return math.nan
