@@ -163,11 +163,13 @@ def test_reuse_adds_the_reactive_reference_and_then_keeps_the_oracles_needs(
     assert judge(third)["reactive_meets"] == (first["reactive"]["windows"] >= 0.99)
 
 
-def test_specs_are_seeded_and_dev_heldout_disjoint() -> None:
+def test_specs_are_seeded_and_the_seed_sets_disjoint() -> None:
     a = [draw_spec("dev", i, 3600.0) for i in range(40)]
     assert a == [draw_spec("dev", i, 3600.0) for i in range(40)]
     b = [draw_spec("heldout", i, 3600.0) for i in range(40)]
+    c = [draw_spec("sealed", i, 3600.0) for i in range(40)]
     assert not {s.seed for s in a} & {s.seed for s in b}
+    assert not ({s.seed for s in a} | {s.seed for s in b}) & {s.seed for s in c}
     assert {s.family for s in a} == set(suite.FAMILIES)
     for s in a:
         p = s.params()

@@ -259,6 +259,8 @@ def _speed(outcomes: Sequence[ScenarioOutcome]) -> dict[str, float]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from poolpilot.sim.suite import SEED_BASES  # the suite's module loads only when a suite runs
+
     parser.add_argument(
         "--quick", action="store_true", help=f"first {QUICK_DURATION_S:g} s of every scenario"
     )
@@ -277,7 +279,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strict", action="store_true", help="exit 1 when a goal fails")
     suite = parser.add_argument_group("generalization suite (poolpilot.sim.suite)")
     suite.add_argument("--suite", choices=("generalize",), help="run the generalization suite instead")
-    suite.add_argument("--seeds", choices=("dev", "heldout"), default="dev", help="suite seed set")
+    suite.add_argument(
+        "--seeds",
+        choices=tuple(SEED_BASES),
+        default="dev",
+        help="suite seed set: dev (develop on it), heldout (report it), sealed (report it, never read)",
+    )
     suite.add_argument("--count", type=int, default=40, metavar="N", help="suite scenarios (default 40)")
     suite.add_argument(
         "--duration", type=float, default=FULL_DURATION_S, metavar="S", help="suite scenario length in s"

@@ -1,15 +1,16 @@
 """The generalization suite (`poolpilot bench --suite generalize`): unseen loads and plants.
 
-    poolpilot bench --suite generalize [--seeds dev|heldout] [--count N] [--duration S] [--jobs J]
+    poolpilot bench --suite generalize [--seeds dev|heldout|sealed] [--count N] [--duration S] [--jobs J]
         [--cache-dir DIR] [--json OUT] [--markdown OUT]
 
 Scenario i of a seed set is a pure function of (set, i): family = FAMILIES[i mod len], everything else
-drawn from `numpy.random.default_rng(base + i)` — dev seeds base 0, held-out seeds base 1,000,000
-(`SEED_BASES`). Each draws a target peak fleet (log-uniform 3–300 replicas, turned into a peak rate with
-the plant's measured per-replica capacity), a plant (curve A 20–80 ms, B 0.5–4 ms per item, token cost
-0–30 ms per 1k tokens, node lead 120–600 s, pod start 20–120 s, objective 100–500 ms) and, for synthetic
-families, a token mix. Families: the shared trace by superposition and by cloning, and the synthetic
-shapes of `suite_load.SHAPES` (the on/off family always with long prompts and short outputs).
+drawn from `numpy.random.default_rng(base + i)` — dev seeds base 0, held-out seeds base 1,000,000,
+sealed seeds base 2,000,000 (`SEED_BASES`). Each draws a target peak fleet (log-uniform 3–300 replicas,
+turned into a peak rate with the plant's measured per-replica capacity), a plant (curve A 20–80 ms,
+B 0.5–4 ms per item, token cost 0–30 ms per 1k tokens, node lead 120–600 s, pod start 20–120 s,
+objective 100–500 ms) and, for synthetic families, a token mix. Families: the shared trace by
+superposition and by cloning, and the synthetic shapes of `suite_load.SHAPES` (the on/off family always
+with long prompts and short outputs).
 
 Every controller starts from the same fleet: the first minute's measured need (`start_replicas`,
 `WARM_START`; docs/generalization.md, "A fair start"); fixed fleets (static, AIMD, the frontier) keep
@@ -69,7 +70,9 @@ FAMILIES: tuple[str, ...] = (
     "onoff",
     "ramp-burst-flash",
 )
-SEED_BASES: dict[str, int] = {"dev": 0, "heldout": 1_000_000}
+# dev: develop on it (read with --explain, probes). heldout: report it. sealed: report it, never read
+# a scenario's decisions — the set no mechanism was found on (docs/generalization.md, "Seed sets").
+SEED_BASES: dict[str, int] = {"dev": 0, "heldout": 1_000_000, "sealed": 2_000_000}
 DEFAULT_COUNT = 40
 PEAK_REPLICAS_RANGE = (3.0, 300.0)
 # How the controllers' common starting fleet is sized (docs/generalization.md, "A fair start"): the fewest
