@@ -902,6 +902,22 @@ def test_a_window_that_saw_a_burst_teaches_neither_the_tail_nor_the_curve(kit: S
     )
 
 
+def test_the_measured_curve_takes_one_reading_per_p99_window(kit: SimpleNamespace) -> None:
+    """A tick every 15 s reads a 60 s window three quarters read before: the curve counts windows."""
+    spec, state, base = _sixteen_settled(kit)
+    model = base
+    readings = []
+    for dt_s in (0.0, 15.0, 30.0, 45.0, 60.0):
+        d = decide(spec, replace(state, latency_model=model), sig(400, 260, ready=16), NOW + dt_s)
+        assert d.latency_model is not None
+        model = d.latency_model
+        (point,) = [
+            p for p in model.p99_curve if p not in base.p99_curve and round(p.rate_per_replica_per_s) == 25
+        ]
+        readings.append(point.readings)
+    assert readings == [1, 1, 1, 1, 2]
+
+
 def test_a_backlog_is_not_a_point_of_the_measured_curve(kit: SimpleNamespace) -> None:
     """A window whose mean queue exceeds the objective is a backlog draining (or growing): its p99 says
     how long the queue was, not what that many replicas do at that load."""

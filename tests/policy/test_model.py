@@ -248,6 +248,20 @@ def test_the_spread_leaves_a_lone_request_alone_and_lowers_the_capacity_of_big_b
     assert math.isinf(_p99(spread, 300.0, replicas=8)) and math.isfinite(_p99(plain, 300.0, replicas=8))
 
 
+def test_the_measured_curve_counts_one_reading_per_p99_window() -> None:
+    """Ticks 15 s apart read overlapping 60 s windows: a point counts the windows, not the ticks."""
+    m = prior_model(PARAMS)
+    for i, p99 in enumerate((100.0, 101.0, 99.0, 100.0, 130.0, 100.0, 101.0, 99.0, 100.0)):
+        m = with_measured_p99(m, 10.0, p99, PARAMS, now_s=15.0 * i, replicas=8, window_s=60.0)
+    (point,) = m.p99_curve
+    # Taken at 0, 60 and 120 s: 100, 130 and 100 ms (three windows), not nine readings of one spread.
+    assert (point.readings, point.seen_s) == (3, 120.0)
+    assert point.p99_var_ms2 > 100.0
+    # Another load band is another point, taken at once.
+    m = with_measured_p99(m, 13.0, 150.0, PARAMS, now_s=135.0, replicas=8, window_s=60.0)
+    assert [(round(p.rate_per_replica_per_s), p.readings) for p in m.p99_curve] == [(10, 3), (13, 1)]
+
+
 def test_the_measured_curve_keeps_one_point_per_load_band_with_the_spread_of_its_readings() -> None:
     m = prior_model(PARAMS)
     for i, p99 in enumerate((100.0, 120.0, 100.0, 120.0)):

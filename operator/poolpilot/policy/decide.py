@@ -427,7 +427,13 @@ class _Tick:
         if self.queue_above(1.0) or not self.load_steady():
             return
         self.model = with_measured_p99(
-            self.model, self.lam / self.ready, s.p99_ms, p, now_s=self.now, replicas=self.ready
+            self.model,
+            self.lam / self.ready,
+            s.p99_ms,
+            p,
+            now_s=self.now,
+            replicas=self.ready,
+            window_s=_P99_WINDOW_S,
         )
 
     def load_steady(self) -> bool:

@@ -126,14 +126,18 @@ def with_measured_p99(
     *,
     now_s: float,
     replicas: int,
+    window_s: float = 0.0,
 ) -> LatencyModel:
     """Record one window's p99 at its load per replica in the measured curve (the caller decides which
     windows describe one fleet: `_Tick.measure`).
 
     The entry within `curve_bucket_ratio` of the load takes it into an exponentially weighted mean and
-    variance (weight `correction_alpha`, as the correction: a window is read on several ticks) and
-    counts it; a load not seen before starts an entry of its own. Entries not measured for
-    `curve_max_age_s` leave, then the least recently measured beyond the bound.
+    variance (weight `correction_alpha`) and counts it; a load not seen before starts an entry of its
+    own. A reading less than `window_s` (the p99's window) after the entry's last one is dropped: ticks
+    read overlapping windows, four to a 60 s window at a 15 s tick, and counted each they make a point's
+    readings and its spread those of one window read four times, not of four windows (`curve_z`,
+    `curve_min_readings`). Entries not measured for `curve_max_age_s` leave, then the least recently
+    measured beyond the bound.
     """
     if not (math.isfinite(rate_per_replica) and rate_per_replica > 0 and math.isfinite(p99_ms)):
         return m
@@ -143,6 +147,8 @@ def with_measured_p99(
         return abs(math.log(point.rate_per_replica_per_s / rate_per_replica))
 
     near = min(m.p99_curve, key=gap, default=None)
+    if near is not None and gap(near) <= half_band and now_s - near.seen_s < window_s:
+        return m  # the same window as the point's last reading: not a new one
     if near is not None and gap(near) <= half_band:
         diff = p99_ms - near.p99_mean_ms
         point = CurvePoint(

@@ -73,8 +73,8 @@ class PolicyParams:
     (`model.curve_level`): 2 is ~98 % of windows for a normal spread, and a fleet is judged by the
     windows it meets, not by its mean window."""
     curve_min_readings: int = 2
-    """... and only after this many readings: two are the fewest that have a spread at all (a 60 s window
-    is read on ~4 ticks, so a load the pool passes through in a minute still gets its point counted)."""
+    """... and only after this many readings, one per p99 window (`model.with_measured_p99`): two are the
+    fewest that have a spread at all, and two windows the least a spread between windows is read from."""
     curve_max_age_s: float = 3600.0
     """An operating point not measured for an hour leaves the curve (the token mix and the traffic's
     burstiness drift; an hour is a diurnal phase, as `recurrence_max_hold_s`)."""
