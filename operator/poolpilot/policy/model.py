@@ -147,9 +147,11 @@ def with_measured_p99(
         return abs(math.log(point.rate_per_replica_per_s / rate_per_replica))
 
     near = min(m.p99_curve, key=gap, default=None)
-    if near is not None and gap(near) <= half_band and now_s - near.seen_s < window_s:
+    if near is not None and gap(near) > half_band:
+        near = None
+    if near is not None and now_s - near.seen_s < window_s:
         return m  # the same window as the point's last reading: not a new one
-    if near is not None and gap(near) <= half_band:
+    if near is not None:
         diff = p99_ms - near.p99_mean_ms
         point = CurvePoint(
             rate_per_replica_per_s=(1 - al) * near.rate_per_replica_per_s + al * rate_per_replica,
@@ -160,7 +162,6 @@ def with_measured_p99(
             readings=near.readings + 1,
         )
     else:
-        near = None
         point = CurvePoint(rate_per_replica, p99_ms, 0.0, now_s, replicas, 1)
     kept = [e for e in m.p99_curve if e is not near and now_s - e.seen_s <= params.curve_max_age_s]
     kept.append(point)

@@ -56,6 +56,7 @@ from poolpilot.sim.hindsight import best_fixed_fleet
 from poolpilot.sim.params import SimParams
 from poolpilot.sim.registry import BASELINE_NAMES, HINDSIGHT, ORACLE, run_policy
 from poolpilot.sim.run import Result, prepare_params
+from poolpilot.sim.suite_seeds import SEED_BASES
 
 POOLPILOT = "poolpilot"
 TRACE_RATE_SCALES: tuple[float, ...] = (12.0, 35.0, 80.0)
@@ -259,8 +260,6 @@ def _speed(outcomes: Sequence[ScenarioOutcome]) -> dict[str, float]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from poolpilot.sim.suite import SEED_BASES  # the suite's module loads only when a suite runs
-
     parser.add_argument(
         "--quick", action="store_true", help=f"first {QUICK_DURATION_S:g} s of every scenario"
     )

@@ -57,6 +57,7 @@ from poolpilot.sim.registry import BASELINE_NAMES, ORACLE, run_policy
 from poolpilot.sim.run import Result, prepare_params, replica_capacity_per_s, simulate
 from poolpilot.sim.search import gallop_bisect
 from poolpilot.sim.suite_load import TOKEN_MIXES, draw_tokens, poisson_arrivals, rate_shape, superpose
+from poolpilot.sim.suite_seeds import SEED_BASES
 
 POOLPILOT = "poolpilot"
 WINDOW_GOAL = 0.99
@@ -70,9 +71,6 @@ FAMILIES: tuple[str, ...] = (
     "onoff",
     "ramp-burst-flash",
 )
-# dev: develop on it (read with --explain, probes). heldout: report it. sealed: report it, never read
-# a scenario's decisions — the set no mechanism was found on (docs/generalization.md, "Seed sets").
-SEED_BASES: dict[str, int] = {"dev": 0, "heldout": 1_000_000, "sealed": 2_000_000}
 DEFAULT_COUNT = 40
 PEAK_REPLICAS_RANGE = (3.0, 300.0)
 # How the controllers' common starting fleet is sized (docs/generalization.md, "A fair start"): the fewest
