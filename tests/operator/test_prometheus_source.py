@@ -91,6 +91,10 @@ async def test_signals_of_a_pool_under_load(
     finally:
         await pooled_source.close()
     assert not pooled.p99_per_pod
+    # The windows the readings span travel with them: the policy counts a p99's requests over its window.
+    # Triton's summary keeps its own 60 s whatever the query's; a histogram spans the query's window.
+    assert (s.p99_window_s, s.rate_window_s) == (60.0, window_s)
+    assert (pooled.p99_window_s, pooled.rate_window_s) == (window_s, window_s)
     assert pooled.request_rate_per_s == pytest.approx(s.request_rate_per_s, rel=0.2)
 
     assert math.isinf(signals[silent].age_s) and math.isnan(signals[silent].p99_ms)

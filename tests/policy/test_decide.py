@@ -152,6 +152,14 @@ ROWS = [
         check=lambda d, s: (d.hold,),
     ),
     Row(
+        "a reading without its window: hold (the policy counts a p99's requests over it)",
+        lambda kit: settled_state(10, kit.batching(0), need=1),
+        sig(50, 100, ready=10, p99_window_s=math.nan),
+        (),
+        r"^hold: metrics window unknown \(p99_window_s = nan\)",
+        check=lambda d, s: (d.hold, d.replicas == 10),
+    ),
+    Row(
         "no traffic: a NaN p99 is not missing data, scale in to replicas.min",
         lambda kit: settled_state(3, kit.batching(0), need=1),
         sig(0, math.nan, ready=3),
@@ -918,6 +926,28 @@ def test_the_measured_curve_takes_one_reading_per_p99_window(kit: SimpleNamespac
     assert readings == [1, 1, 1, 1, 2]
 
 
+def test_a_longer_p99_window_is_one_reading_for_longer_and_describes_a_change_later(
+    kit: SimpleNamespace,
+) -> None:
+    """Read over 300 s (a histogram at `--metrics-window-seconds 300`), the same five ticks are one window,
+    and a batching change 100 s ago is still in the window: no reading of the new setting yet."""
+    spec, state, base = _sixteen_settled(kit)
+    slow = sig(400, 260, ready=16, p99_per_pod=False, p99_window_s=300.0, rate_window_s=300.0)
+    model = base
+    for dt_s in (0.0, 15.0, 30.0, 45.0, 60.0):
+        d = decide(spec, replace(state, latency_model=model), slow, NOW + dt_s)
+        assert d.latency_model is not None
+        model = d.latency_model
+    (point,) = [p for p in model.p99_curve if p not in base.p99_curve]
+    assert point.readings == 1
+    changed = replace(state, last_batching_change_s=NOW - 100.0)
+    for window_s, learns in ((60.0, True), (300.0, False)):
+        signals = replace(slow, p99_window_s=window_s)
+        d = decide(spec, changed, signals, NOW)
+        assert d.latency_model is not None
+        assert (d.latency_model.p99_curve != base.p99_curve) is learns, window_s
+
+
 def test_a_backlog_is_not_a_point_of_the_measured_curve(kit: SimpleNamespace) -> None:
     """A window whose mean queue exceeds the objective is a backlog draining (or growing): its p99 says
     how long the queue was, not what that many replicas do at that load."""
@@ -1224,6 +1254,35 @@ def test_a_histogram_p99_needs_its_requests_across_the_pool_not_per_pod(kit: Sim
         unsampled = any("fewer than 96 (the pool's slowest request" in r for r in d.reasons)
         assert unsampled is not breach, (rate, d.reasons)
         assert d.reasons[0].startswith("p99 12000 ms > 10000 ms objective") is breach, (rate, d.reasons)
+
+
+def test_a_p99_is_counted_over_the_window_it_was_read_on(kit: SimpleNamespace) -> None:
+    """The operator's PromQL window is a setting: a histogram read over 5 minutes holds 5 minutes of
+    requests. 1.5 req/s is 90 requests in a 60 s window (the pool's slowest request, no breach) and 450 in
+    a 300 s one (a p99 over the objective: scale out). Triton's summary keeps its own 60 s whatever the
+    query's window (`Signals.p99_window_s`), so the same rate there is still unsampled."""
+    spec = kit.make_spec(**ONE_CONFIG)
+    state = settled_state(PER_NODE, kit.batching(0), last_scale_change_s=NOW - 5)
+
+    def tick(p99_window_s: float, *, per_pod: bool = False) -> Decision:
+        signals = sig(
+            1.5,
+            200,
+            ready=PER_NODE,
+            inference_rate_seen_per_s=100,
+            p99_per_pod=per_pod,
+            p99_window_s=p99_window_s,
+            rate_window_s=300.0,
+        )
+        return decide(spec, state, signals, NOW, node_pool=kit.make_node_pool(), paid_replicas=PER_NODE)
+
+    short = tick(60.0)
+    assert short.replicas == PER_NODE, short.reasons
+    assert any("fewer than 100 (the pool's slowest request" in r for r in short.reasons), short.reasons
+    long = tick(300.0)
+    assert long.replicas > PER_NODE, long.reasons
+    assert long.reasons[0].startswith("p99 200 ms > 150 ms objective: scale"), long.reasons
+    assert tick(60.0, per_pod=True).replicas == PER_NODE
 
 
 def test_an_execution_bound_breach_lets_the_fleet_come_down_to_capacity(kit: SimpleNamespace) -> None:

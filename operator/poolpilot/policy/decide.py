@@ -65,8 +65,6 @@ from poolpilot.policy.types import (
     Signals,
 )
 
-_P99_WINDOW_S = 60.0
-
 
 class PolicyInputError(ValueError):
     """An input the policy cannot decide on; the message names the offending field."""
@@ -125,11 +123,15 @@ def signal_problem(signals: Signals, spec: InferencePoolSpec, params: PolicyPara
     stale_s = params.stale_after_ticks * spec.tick_seconds
     if not _finite(signals.age_s) or signals.age_s > stale_s:
         return f"metrics stale (newest sample {signals.age_s:.0f} s old > {stale_s:.0f} s)"
+    for name in ("p99_window_s", "rate_window_s"):
+        window_s = getattr(signals, name)
+        if not (_finite(window_s) and window_s > 0):
+            return f"metrics window unknown ({name} = {window_s})"
     missing = []
     rate = signals.request_rate_per_s
     if not _finite(rate) or rate < 0:
         missing.append("request_rate_per_s")
-    elif rate * _P99_WINDOW_S >= 1.0 and not (_finite(signals.p99_ms) and signals.p99_ms >= 0):
+    elif rate * signals.p99_window_s >= 1.0 and not (_finite(signals.p99_ms) and signals.p99_ms >= 0):
         # With requests in the window a p99 must exist; with none, NaN is the honest answer.
         missing.append("p99_ms")
     if missing:
@@ -341,7 +343,7 @@ class _Tick:
         seen = signals.inference_rate_seen_per_s
         self.lam = max(self.lam_mean, seen) if _finite(seen) and _finite(self.lam_mean) else self.lam_mean
         self.ready = state.replicas if signals.ready_replicas is None else max(0, signals.ready_replicas)
-        self.requests_in_window = rate * _P99_WINDOW_S
+        self.requests_in_window = rate * signals.p99_window_s
         self.straggler = False
         self.max_batch = spec.model.max_batch_size
         self.floor_note = ""
@@ -362,8 +364,8 @@ class _Tick:
         # must move together, or a half-updated model drives a scale change the next tick undoes.
         settled = (
             self.ready >= self.state.replicas
-            and _since(self.now, self.state.last_scale_change_s) >= p.settle_s
-            and _since(self.now, self.state.last_batching_change_s) >= p.settle_s
+            and _since(self.now, self.state.last_scale_change_s) >= self.settle_s()
+            and _since(self.now, self.state.last_batching_change_s) >= self.settle_s()
             and self.capacity_steady()
         )
         fit_ok = settled and _finite(s.avg_batch_size) and _finite(s.compute_us_per_exec)
@@ -422,7 +424,9 @@ class _Tick:
             return
         if self.requests_in_window < p.min_requests_for_p99:
             return
-        if _since(self.now, self.state.last_batching_change_s) < p.settle_s or not self.capacity_steady():
+        if _since(self.now, self.state.last_batching_change_s) < self.settle_s():
+            return
+        if not self.capacity_steady():
             return
         if self.queue_above(1.0) or not self.load_steady():
             return
@@ -433,7 +437,7 @@ class _Tick:
             p,
             now_s=self.now,
             replicas=self.ready,
-            window_s=_P99_WINDOW_S,
+            window_s=s.p99_window_s,
         )
 
     def load_steady(self) -> bool:
@@ -484,20 +488,19 @@ class _Tick:
     def p99_requests_needed(self) -> float:
         """Requests in the window a p99 reading needs (`p99_sampled`): per pod that served in the window
         for a per-pod reading, pool-wide for a histogram's."""
-        window = [
-            e.ready for e in self.state.history if e.ready is not None and e.time_s > self.now - _P99_WINDOW_S
-        ]
+        since_s = self.now - self.sig.p99_window_s
+        window = [e.ready for e in self.state.history if e.ready is not None and e.time_s > since_s]
         pods = max([self.ready, 1, *window])
         if not self.sig.p99_per_pod:
             # One quantile over the pool: its count, capped where every serving pod can be busy all window.
             quantile = 1.0 / (1.0 - self.spec.slo.latency_quantile)
-            return min(quantile, pods * _P99_WINDOW_S * 1000.0 / self.target_ms)
+            return min(quantile, pods * self.sig.p99_window_s * 1000.0 / self.target_ms)
         return pods * self.p99_requests_per_reading()
 
     def p99_requests_per_reading(self) -> float:
         """Requests one quantile needs to be more than its slowest request, capped at window / target."""
         quantile = 1.0 / (1.0 - self.spec.slo.latency_quantile)
-        return min(quantile, _P99_WINDOW_S * 1000.0 / self.target_ms)
+        return min(quantile, self.sig.p99_window_s * 1000.0 / self.target_ms)
 
     def unsampled_note(self, measured_ms: float) -> str:
         """The reason a p99 over the target is no breach (`p99_sampled`)."""
@@ -513,8 +516,13 @@ class _Tick:
             "quantile): no breach"
         )
 
+    def settle_s(self) -> float:
+        """How long after a change a p99 window describes the running setting: `PolicyParams.settle_s`, and
+        never less than the window itself (a deployment may read its p99 over a longer one)."""
+        return max(self.p.settle_s, self.sig.p99_window_s)
+
     def capacity_steady(self) -> bool:
-        """Whether the ready replicas have been what they are now for `settle_s` (as recorded each tick).
+        """Whether the ready replicas have been what they are now for `settle_s()` (as recorded each tick).
 
         A scale-out whose pods wait for a node becomes capacity a node lead later than the scale change:
         until the p99 window has passed since then, it still holds the busier pods' requests (found live:
@@ -523,7 +531,7 @@ class _Tick:
         return all(
             e.ready is None or e.ready == self.ready
             for e in self.state.history
-            if e.time_s > self.now - self.p.settle_s
+            if e.time_s > self.now - self.settle_s()
         )
 
     def failures(self) -> bool:
@@ -780,7 +788,7 @@ class _Tick:
         min_step = max(1, math.ceil(p.scale_in_tolerance * R))
         within_tolerance = R - min_step < stable_target < R
         # A scale-in waits until a new batching setting has been measured: its saving was a prediction.
-        unmeasured = f.since_change_s < p.settle_s
+        unmeasured = f.since_change_s < self.settle_s()
         go = (
             stable_target < R
             and not within_tolerance
@@ -1482,7 +1490,7 @@ class _Tick:
         live = [e for e in m.tabu if _finite(e[2]) and self.now < e[2]]
         if (
             state.batching is not None
-            and p.settle_s <= since <= p.tabu_after_change_s  # the p99 window describes this setting
+            and self.settle_s() <= since <= p.tabu_after_change_s  # the p99 window describes this setting
             and missed
             and self.ready >= state.replicas
         ):
@@ -1517,7 +1525,7 @@ class _Tick:
             trend_window_s=p.forecast_window_s,
             min_rise_ratio=p.forecast_min_rise_ratio,
             max_rise_ratio=p.forecast_max_rise_ratio,
-            measure_window_s=_P99_WINDOW_S,
+            measure_window_s=self.sig.rate_window_s,
             tick_s=float(self.spec.tick_seconds),
             lookback=p.envelope_lookback,
             levels=self.levels(),

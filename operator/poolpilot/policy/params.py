@@ -93,9 +93,10 @@ class PolicyParams:
     1/(15 s x rate): under 1 % above 7 req/s."""
     settle_s: float = 75.0
     """The model is corrected only when the measurement describes the running config: no scale or batching
-    change for this long and every replica ready (Prometheus windows are ~60 s)."""
+    change for this long and every replica ready (Prometheus windows are ~60 s; never less than the p99's
+    window, `Signals.p99_window_s`)."""
     min_requests_for_p99: float = 100.0
-    """Fewest requests in the p99 window for the quantile to mean anything (rate x 60 s)."""
+    """Fewest requests in the p99 window for the quantile to mean anything (rate x `Signals.p99_window_s`)."""
 
     stale_after_ticks: float = 3.0
     """Signals older than this many ticks are stale → hold."""

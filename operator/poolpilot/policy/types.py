@@ -54,6 +54,11 @@ class Signals:
     # over pods: on few requests per pod it is a pod's slowest request); False, one quantile over the
     # whole pool's requests (a histogram). Unknown sources say True, the stricter reading.
     p99_per_pod: bool = True
+    # The windows the readings span. `p99_window_s`: Triton's summary keeps its own 60 s (prometheus-cpp's
+    # max_age) whatever the query's window; a histogram's quantile spans the query's. `rate_window_s`: the
+    # rates'. The policy counts the requests behind a p99, and how far back a reading reaches, by these.
+    p99_window_s: float = 60.0
+    rate_window_s: float = 60.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -170,8 +170,15 @@ class PromStore:
         last = self.samples[hi - 1]
         age = now_s - last.t_s
         nan = math.nan
+        w = self.window_s  # the pods' summaries and the rates span one window here
         if len(win) < 2:
-            return Signals(pending_requests=last.pending, ready_replicas=last.ready_replicas, age_s=age)
+            return Signals(
+                pending_requests=last.pending,
+                ready_replicas=last.ready_replicas,
+                age_s=age,
+                p99_window_s=w,
+                rate_window_s=w,
+            )
         first = win[0]
         last = win[-1]
         span = last.t_s - first.t_s
@@ -206,4 +213,6 @@ class PromStore:
             ready_replicas=last.ready_replicas,
             age_s=age,
             p99_per_pod=self.p99_source == "pod_summary_max",
+            p99_window_s=w,
+            rate_window_s=w,
         )

@@ -18,7 +18,7 @@ import aiohttp
 from poolpilot.backends.metrics import queries
 from poolpilot.backends.metrics.base import MetricsUnavailable, PoolKey
 from poolpilot.policy.types import Signals
-from poolpilot.settings import LatencySource, PrometheusSettings
+from poolpilot.settings import TRITON_SUMMARY_WINDOW_S, LatencySource, PrometheusSettings
 
 # (namespace, pool, model or "") -> value; "" model = a per-pool family (GPU utilisation).
 Series = dict[tuple[str, str, str], float]
@@ -78,6 +78,8 @@ def assemble(
     *,
     now_s: float,
     p99_per_pod: bool = True,
+    p99_window_s: float = 60.0,
+    rate_window_s: float = 60.0,
 ) -> dict[PoolKey, Signals]:
     """Turn per-query series into one `Signals` per pool (pure; unit-tested on recorded responses)."""
     out: dict[PoolKey, Signals] = {}
@@ -106,6 +108,8 @@ def assemble(
             failure_rate_by_reason=dict(failures.get(per_model, {})),
             age_s=math.inf if math.isnan(newest) else max(0.0, now_s - newest),
             p99_per_pod=p99_per_pod,
+            p99_window_s=p99_window_s,
+            rate_window_s=rate_window_s,
         )
     return out
 
@@ -171,8 +175,17 @@ class PrometheusSource:
                 eval_times.append(eval_time)
         now_s = max(eval_times) if eval_times else math.nan
         # Triton's summary is a quantile per pod (the query takes the worst); a histogram's is pool-wide.
+        window_s = float(self._settings.window_s)
         per_pod = self._settings.latency_source is LatencySource.SUMMARY
-        return assemble(pools, results, failures, now_s=now_s, p99_per_pod=per_pod)
+        return assemble(
+            pools,
+            results,
+            failures,
+            now_s=now_s,
+            p99_per_pod=per_pod,
+            p99_window_s=TRITON_SUMMARY_WINDOW_S if per_pod else window_s,
+            rate_window_s=window_s,
+        )
 
     async def close(self) -> None:
         if self._session is not None:
