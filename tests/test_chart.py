@@ -98,10 +98,20 @@ def test_chart_lints_strictly_and_renders_in_every_documented_mode(mode: str) ->
     assert rendered.returncode == 0 and rendered.stderr == "", rendered.stderr
 
 
-def test_values_schema_rejects_bad_settings() -> None:
-    result = helm("template", "pp", str(CHART), "--set", "settings.logFormat=xml")
+@pytest.mark.parametrize(
+    ("setting", "field"),
+    [
+        ("settings.logFormat=xml", "logFormat"),
+        ("settings.latencySource=router", "latencySource"),
+        ("settings.metricsWindowSeconds=5", "metricsWindowSeconds"),
+        ("settings.latencyHistogramMetric=p99 latency", "latencyHistogramMetric"),
+        ("settings.extraArgs={verbose}", "extraArgs"),
+    ],
+)
+def test_values_schema_rejects_bad_settings(setting: str, field: str) -> None:
+    result = helm("template", "pp", str(CHART), "--set", setting)
     assert result.returncode != 0
-    assert "logFormat" in result.stderr
+    assert field in result.stderr
 
 
 def _render(*sets: str) -> list[dict[str, object]]:
@@ -128,16 +138,37 @@ def test_rendered_operator_args_follow_values() -> None:
 
 
 def test_operator_cli_accepts_the_chart_flags() -> None:
-    """Every flag the chart passes must exist on `poolpilot run` (parsed, not executed)."""
+    """Every flag the chart passes must exist on `poolpilot run` and make valid settings (parsed, not
+    executed), the metrics settings included: a platform team reading a router's histogram over 2 minutes
+    sets it in the chart, not by patching the Deployment."""
     import argparse
 
     from poolpilot import runner
+    from poolpilot.settings import LatencySource, OperatorSettings, PrometheusSettings
 
-    deployment = next(d for d in _render("settings.peering=prod") if d["kind"] == "Deployment")
-    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]  # type: ignore[index]
-    parser = argparse.ArgumentParser()
-    runner.add_arguments(parser)
-    parser.parse_args(args[1:])  # raises SystemExit on an unknown flag
+    def settings(*sets: str) -> OperatorSettings:
+        deployment = next(d for d in _render("settings.peering=prod", *sets) if d["kind"] == "Deployment")
+        args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]  # type: ignore[index]
+        parser = argparse.ArgumentParser()
+        runner.add_arguments(parser)
+        return runner.settings_from_args(parser.parse_args(args[1:]))  # SystemExit on an unknown flag
+
+    # The chart's defaults are the operator's own.
+    default = settings()
+    assert default.prometheus == PrometheusSettings(url=default.prometheus.url)
+    custom = settings(
+        "settings.latencySource=histogram",
+        "settings.latencyHistogramMetric=router_request_duration_seconds",
+        "settings.metricsWindowSeconds=120",
+        "settings.tokensMetric=",
+        "settings.extraArgs={--batching-parallelism=2}",
+    )
+    assert custom.prometheus.latency_source is LatencySource.HISTOGRAM
+    assert custom.prometheus.latency_histogram_metric == "router_request_duration_seconds"
+    assert custom.prometheus.latency_histogram_unit_ms == 1000.0
+    assert custom.prometheus.window_s == 120
+    assert custom.prometheus.tokens_metric == ""
+    assert custom.batching_parallelism == 2
 
 
 @pytest.mark.cluster
