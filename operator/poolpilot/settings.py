@@ -29,11 +29,6 @@ class LogFormat(StrEnum):
     PLAIN = "plain"
 
 
-TRITON_SUMMARY_WINDOW_S = 60.0
-"""The window of Triton's latency summaries: prometheus-cpp's `Summary` default max_age, which Triton does
-not set (triton.md §3.2). The query's window does not change it."""
-
-
 class LatencySource(StrEnum):
     """Where the pool's tail latency comes from (see docs/operations.md, triton.md §3.6)."""
 

@@ -160,6 +160,14 @@ ROWS = [
         check=lambda d, s: (d.hold, d.replicas == 10),
     ),
     Row(
+        "a rate without its window: hold",
+        lambda kit: settled_state(10, kit.batching(0), need=1),
+        sig(50, 100, ready=10, rate_window_s=0.0),
+        (),
+        r"^hold: metrics window unknown \(rate_window_s = 0\.0\)",
+        check=lambda d, s: (d.hold, d.replicas == 10),
+    ),
+    Row(
         "no traffic: a NaN p99 is not missing data, scale in to replicas.min",
         lambda kit: settled_state(3, kit.batching(0), need=1),
         sig(0, math.nan, ready=3),
@@ -930,7 +938,8 @@ def test_a_longer_p99_window_is_one_reading_for_longer_and_describes_a_change_la
     kit: SimpleNamespace,
 ) -> None:
     """Read over 300 s (a histogram at `--metrics-window-seconds 300`), the same five ticks are one window,
-    and a batching change 100 s ago is still in the window: no reading of the new setting yet."""
+    and a batching change 100 s ago is still in the window: no reading of the new setting yet (over 60 s
+    windows, 100 s is past the 75 s settle time)."""
     spec, state, base = _sixteen_settled(kit)
     slow = sig(400, 260, ready=16, p99_per_pod=False, p99_window_s=300.0, rate_window_s=300.0)
     model = base
@@ -942,7 +951,7 @@ def test_a_longer_p99_window_is_one_reading_for_longer_and_describes_a_change_la
     assert point.readings == 1
     changed = replace(state, last_batching_change_s=NOW - 100.0)
     for window_s, learns in ((60.0, True), (300.0, False)):
-        signals = replace(slow, p99_window_s=window_s)
+        signals = replace(slow, p99_window_s=window_s, rate_window_s=window_s)
         d = decide(spec, changed, signals, NOW)
         assert d.latency_model is not None
         assert (d.latency_model.p99_curve != base.p99_curve) is learns, window_s
@@ -1259,18 +1268,17 @@ def test_a_histogram_p99_needs_its_requests_across_the_pool_not_per_pod(kit: Sim
 def test_a_p99_is_counted_over_the_window_it_was_read_on(kit: SimpleNamespace) -> None:
     """The operator's PromQL window is a setting: a histogram read over 5 minutes holds 5 minutes of
     requests. 1.5 req/s is 90 requests in a 60 s window (the pool's slowest request, no breach) and 450 in
-    a 300 s one (a p99 over the objective: scale out). Triton's summary keeps its own 60 s whatever the
-    query's window (`Signals.p99_window_s`), so the same rate there is still unsampled."""
+    a 300 s one (a p99 over the objective: scale out)."""
     spec = kit.make_spec(**ONE_CONFIG)
     state = settled_state(PER_NODE, kit.batching(0), last_scale_change_s=NOW - 5)
 
-    def tick(p99_window_s: float, *, per_pod: bool = False) -> Decision:
+    def tick(p99_window_s: float) -> Decision:
         signals = sig(
             1.5,
             200,
             ready=PER_NODE,
             inference_rate_seen_per_s=100,
-            p99_per_pod=per_pod,
+            p99_per_pod=False,
             p99_window_s=p99_window_s,
             rate_window_s=300.0,
         )
@@ -1282,7 +1290,43 @@ def test_a_p99_is_counted_over_the_window_it_was_read_on(kit: SimpleNamespace) -
     long = tick(300.0)
     assert long.replicas > PER_NODE, long.reasons
     assert long.reasons[0].startswith("p99 200 ms > 150 ms objective: scale"), long.reasons
-    assert tick(60.0, per_pod=True).replicas == PER_NODE
+
+
+def test_a_per_pod_p99_counts_the_pods_that_served_its_window(kit: SimpleNamespace) -> None:
+    """A per-pod p99 needs 1/(1 - q) requests per pod, capped where a pod is busy all window on them
+    (window / target), over the pods that served in the window. At a 1 s objective: over 60 s that is 60
+    each of the 16 ready (960); over 300 s, 100 each of the 32 that served 100 s ago (3,200)."""
+    spec = kit.make_spec(**ONE_CONFIG, slo={"latencyTargetMs": 1_000})
+    base = settled_state(16, kit.batching(0), last_scale_change_s=NOW - 5)
+    served = replace(
+        base,
+        history=tuple(replace(e, ready=32 if NOW - 120 < e.time_s <= NOW - 90 else 16) for e in base.history),
+    )
+
+    def unsampled(rate: float, window_s: float) -> bool:
+        signals = sig(rate, 1_200, ready=16, p99_window_s=window_s, rate_window_s=window_s)
+        d = decide(spec, served, signals, NOW, node_pool=kit.make_node_pool(), paid_replicas=32)
+        return any("requests per serving pod" in r for r in d.reasons)
+
+    assert unsampled(15.0, 60.0) and not unsampled(17.0, 60.0)  # 900 and 1,020 against 960
+    assert unsampled(10.0, 300.0) and not unsampled(11.0, 300.0)  # 3,000 and 3,300 against 3,200
+
+
+def test_the_guard_waits_for_a_window_that_describes_its_last_step(kit: SimpleNamespace) -> None:
+    """A breach 100 s after a scale-up: over 60 s windows the p99 is of the new fleet (the 90 s cooldown
+    has passed) and the guard steps again; over 300 s windows most of its requests were served before the
+    step, so the guard waits a window, a settled tick and a tick (330 s), as it waits 90 s at 60 s."""
+    spec = kit.make_spec(**ONE_CONFIG)
+    state = settled_state(16, kit.batching(0), last_scale_change_s=NOW - 100, last_scale_up_s=NOW - 100)
+
+    def tick(window_s: float, since_s: float = 100.0) -> Decision:
+        st = replace(state, last_scale_change_s=NOW - since_s, last_scale_up_s=NOW - since_s)
+        signals = sig(400, 200, ready=16, p99_window_s=window_s, rate_window_s=window_s)
+        return decide(spec, st, signals, NOW, node_pool=kit.make_node_pool(), paid_replicas=32)
+
+    assert tick(60.0).replicas > 16, tick(60.0).reasons
+    assert tick(300.0).replicas == 16, tick(300.0).reasons
+    assert tick(300.0, since_s=331.0).replicas > 16, tick(300.0, since_s=331.0).reasons
 
 
 def test_an_execution_bound_breach_lets_the_fleet_come_down_to_capacity(kit: SimpleNamespace) -> None:

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from poolpilot.triton import SUMMARY_WINDOW_S
+
 Labels = tuple[tuple[str, str], ...]
 
 # name -> (type, help); order = page order.
@@ -72,7 +74,7 @@ DEFAULT_QUANTILES: tuple[tuple[float, float], ...] = (
     (0.99, 0.001),
     (0.999, 0.001),
 )
-SUMMARY_MAX_AGE_S = 60.0
+SUMMARY_MAX_AGE_S = SUMMARY_WINDOW_S
 
 
 @dataclass(frozen=True)

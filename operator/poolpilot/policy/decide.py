@@ -517,9 +517,16 @@ class _Tick:
         )
 
     def settle_s(self) -> float:
-        """How long after a change a p99 window describes the running setting: `PolicyParams.settle_s`, and
-        never less than the window itself (a deployment may read its p99 over a longer one)."""
-        return max(self.p.settle_s, self.sig.p99_window_s)
+        """How long after a change the windows describe the running setting: `PolicyParams.settle_s`, and
+        never less than the longer of the p99's and the rates' windows and a tick (a deployment may read
+        over longer windows; at the default 60 s and a 15 s tick, the same 75 s)."""
+        window_s = max(self.sig.p99_window_s, self.sig.rate_window_s)
+        return max(self.p.settle_s, window_s + float(self.spec.tick_seconds))
+
+    def guard_cooldown_s(self) -> float:
+        """How long the guard waits after a scale-up before the next: `PolicyParams.guard_cooldown_s`, and at
+        least one settled tick (`settle_s()` and a tick), so the model learns between two guard steps."""
+        return max(self.p.guard_cooldown_s, self.settle_s() + float(self.spec.tick_seconds))
 
     def capacity_steady(self) -> bool:
         """Whether the ready replicas have been what they are now for `settle_s()` (as recorded each tick).
@@ -534,6 +541,11 @@ class _Tick:
             if e.time_s > self.now - self.settle_s()
         )
 
+    def failure_settle_s(self) -> float:
+        """How long after a batching change the failure rates describe it: `PolicyParams.failure_settle_s`,
+        and at least the rates' window and a tick."""
+        return max(self.p.failure_settle_s, self.sig.rate_window_s + float(self.spec.tick_seconds))
+
     def failures(self) -> bool:
         """OOM/BACKEND failures → halve the max batch size (remembered as a ceiling). True if lowered."""
         s, p = self.sig, self.p
@@ -545,7 +557,7 @@ class _Tick:
         model_max = self.spec.model.max_batch_size
         ceiling = min(self.model.max_batch_ceiling or model_max, model_max)
         if rate > p.failure_rate_threshold_per_s and (
-            _since(self.now, self.state.last_batching_change_s) >= p.failure_settle_s
+            _since(self.now, self.state.last_batching_change_s) >= self.failure_settle_s()
         ):
             base = min(ceiling, self.running.max_batch_size)
             lowered = max(1, base // 2)
@@ -840,7 +852,7 @@ class _Tick:
         d, k = chosen.max_queue_delay_us, chosen.instance_count
         emergency = False
         cut_ok = (
-            f.since_change_s >= self.p.guard_cooldown_s and self.ready >= R
+            f.since_change_s >= self.guard_cooldown_s() and self.ready >= R
         )  # not while capacity is pending
         if g.breach and self.delay_matters(s.cur_d, self.sig.p99_ms) and cut_ok:
             # Emergency: cut the delay in proportion to the breach, regardless of the rate limit.
@@ -1348,7 +1360,7 @@ class _Tick:
                 f"more replicas would not help (predicted {p_now:.0f} ms now, {p_more:.0f} ms at {probe})"
             )
             return True, ratio, R
-        if _since(self.now, self.state.last_scale_up_s) < p.guard_cooldown_s:
+        if _since(self.now, self.state.last_scale_up_s) < self.guard_cooldown_s():
             return True, ratio, R
         if by_line is not None:
             step, why = by_line

@@ -93,8 +93,8 @@ class PolicyParams:
     1/(15 s x rate): under 1 % above 7 req/s."""
     settle_s: float = 75.0
     """The model is corrected only when the measurement describes the running config: no scale or batching
-    change for this long and every replica ready (Prometheus windows are ~60 s; never less than the p99's
-    window, `Signals.p99_window_s`)."""
+    change for this long and every replica ready (Prometheus windows are ~60 s; never less than the longer
+    of `Signals.p99_window_s` and `Signals.rate_window_s` and a tick, `_Tick.settle_s`)."""
     min_requests_for_p99: float = 100.0
     """Fewest requests in the p99 window for the quantile to mean anything (rate x `Signals.p99_window_s`)."""
 
@@ -122,7 +122,8 @@ class PolicyParams:
     per tick: a p99 window that lags cannot justify more than doubling at once."""
     guard_cooldown_s: float = 90.0
     """Wait this long after a scale-up before scaling out again on the (lagging) measured p99 (90 s >
-    settle_s: the model learns from one settled tick between two guard steps)."""
+    settle_s: the model learns from one settled tick between two guard steps; never less than the settle
+    time and a tick when the metric windows are longer, `_Tick.guard_cooldown_s`)."""
     min_gain_share: float = 0.01
     """Where the objective is out of reach (a flat latency floor: the model's search, the measured line
     beyond the target), a replica is bought only while it lowers the p99 by at least this share of the
@@ -205,7 +206,8 @@ class PolicyParams:
     failure_reasons: tuple[str, ...] = ("OOM", "BACKEND")
     """Triton failure reasons that mean the batch was too large for the GPU (others are the client's)."""
     failure_settle_s: float = 90.0
-    """Failures are judged only this long after a batching change (one Prometheus window and a tick)."""
+    """Failures are judged only this long after a batching change (one Prometheus window and a tick; never
+    less than `Signals.rate_window_s` and a tick)."""
 
     def __post_init__(self) -> None:
         if not (self.prior_a_ms >= 0 and self.prior_b_ms > 0):

@@ -18,7 +18,8 @@ import aiohttp
 from poolpilot.backends.metrics import queries
 from poolpilot.backends.metrics.base import MetricsUnavailable, PoolKey
 from poolpilot.policy.types import Signals
-from poolpilot.settings import TRITON_SUMMARY_WINDOW_S, LatencySource, PrometheusSettings
+from poolpilot.settings import LatencySource, PrometheusSettings
+from poolpilot.triton import SUMMARY_WINDOW_S
 
 # (namespace, pool, model or "") -> value; "" model = a per-pool family (GPU utilisation).
 Series = dict[tuple[str, str, str], float]
@@ -183,7 +184,7 @@ class PrometheusSource:
             failures,
             now_s=now_s,
             p99_per_pod=per_pod,
-            p99_window_s=TRITON_SUMMARY_WINDOW_S if per_pod else window_s,
+            p99_window_s=SUMMARY_WINDOW_S if per_pod else window_s,
             rate_window_s=window_s,
         )
 
