@@ -74,7 +74,6 @@ DEFAULT_QUANTILES: tuple[tuple[float, float], ...] = (
     (0.99, 0.001),
     (0.999, 0.001),
 )
-SUMMARY_MAX_AGE_S = SUMMARY_WINDOW_S
 
 
 @dataclass(frozen=True)
@@ -121,7 +120,7 @@ class MetricsSettings:
 
 @dataclass
 class _Window:
-    """Observations of the last SUMMARY_MAX_AGE_S seconds plus all-time count and sum."""
+    """Observations of the last SUMMARY_WINDOW_S seconds plus all-time count and sum."""
 
     samples: deque[tuple[float, float]] = field(default_factory=deque)
     count: int = 0
@@ -134,7 +133,7 @@ class _Window:
         self._trim(now_s)
 
     def _trim(self, now_s: float) -> None:
-        horizon = now_s - SUMMARY_MAX_AGE_S
+        horizon = now_s - SUMMARY_WINDOW_S
         while self.samples and self.samples[0][0] < horizon:
             self.samples.popleft()
 

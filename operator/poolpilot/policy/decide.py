@@ -535,11 +535,8 @@ class _Tick:
         until the p99 window has passed since then, it still holds the busier pods' requests (found live:
         a 60 s window straddling 8→16 ready pods read as +56 ms of unmodelled tail, which then held 16
         replicas for 400 s through the scale-in dead-band)."""
-        return all(
-            e.ready is None or e.ready == self.ready
-            for e in self.state.history
-            if e.time_s > self.now - self.settle_s()
-        )
+        since_s = self.now - self.settle_s()
+        return all(e.ready is None or e.ready == self.ready for e in self.state.history if e.time_s > since_s)
 
     def failure_settle_s(self) -> float:
         """How long after a batching change the failure rates describe it: `PolicyParams.failure_settle_s`,
