@@ -350,6 +350,7 @@ class _Tick:
         self.breach_bound = False  # the breach is execution-bound (set by the guard)
         self.scale_in_why = ""  # the reason a scale-in stage gave, the headline if replicas come down
         self.floor_on = False  # the measured floor holds this tick (set by the scale-in stage)
+        self.floor_held = False  # ... by demand alone, an execution-bound breach aside (idem)
         self.hold_rate = math.nan  # a recurring level to keep capacity for (NaN: none); remember_level
         self.recur = Recurrence(math.nan, math.nan, 0.0)  # the level memory after this tick's demand
         self.paid_replicas = paid_replicas
@@ -785,7 +786,14 @@ class _Tick:
         strict = self.strict_problem(lam_plan * (1.0 + p.scale_in_demand_headroom), self.objective_ms)
         r_strict = fewest_replicas(strict, s.cur_d, s.cur_k).replicas
         floor = self.model.floor_replicas
-        self.floor_on = self.floor_holds()
+        self.floor_held = self.floor_holds()
+        # Too few for an objective no replica count meets is no evidence about capacity: through an
+        # execution-bound breach the floor does not hold, or one recorded before the pool learnt its
+        # tail (at its first breach) would hold the fleet for as long as the load stays (held-out seed
+        # 2: two nodes all hour on "9 were too few at 16/s", read at its first tick; dev seed 30: a node
+        # for 20 minutes). Suspended, not erased: the verdict can flicker with the queue, and the floor
+        # is the pool's measurement, the verdict the model's.
+        self.floor_on = self.floor_held and not g.bound
         r_recur = 0
         if math.isfinite(self.hold_rate):
             r_recur = fewest_replicas(
@@ -1098,7 +1106,9 @@ class _Tick:
                 + (f" saves {saved} replica{'s' if saved != 1 else ''}" if saved > 0 else "")
             )
         if target == R and not changed:
-            meet = f"meet{'s' if R == 1 else ''} the objective" if c.chosen.feasible else "hold (see above)"
+            # Where no replica count within the bounds meets the objective, the reasons above say why.
+            verb, what = ("meet", "the objective") if c.chosen.feasible else ("stay", "(see above)")
+            meet = f"{verb}{'s' if R == 1 else ''} {what}"
             self.reasons.append(
                 f"steady: {R} replica{'s' if R != 1 else ''} {meet} "
                 f"(predicted p99 {p99_pred:.0f} ms, "
@@ -1145,15 +1155,15 @@ class _Tick:
         measured_short = _finite(measured) and measured > self.objective_ms and sampled
         serving = min(self.state.replicas, self.ready)
         if planned > serving > 0 and measured_short and self.capacity_steady():
-            if not self.floor_on or serving + 1 >= floor:
-                worst = self.model.floor_p99_ms if self.floor_on and serving + 1 == floor else -math.inf
+            if not self.floor_held or serving + 1 >= floor:
+                worst = self.model.floor_p99_ms if self.floor_held and serving + 1 == floor else -math.inf
                 self.model = replace(
                     self.model,
                     floor_replicas=serving + 1,
                     floor_rate_per_s=self.lam,
                     floor_p99_ms=max(measured, worst),
                 )
-        elif floor > 0 and (not self.floor_on or "batching" in actions):
+        elif floor > 0 and (not self.floor_held or "batching" in actions):
             # The evidence was about the running batching: a new setting starts without it.
             self.model = replace(
                 self.model, floor_replicas=0, floor_rate_per_s=math.nan, floor_p99_ms=math.nan
@@ -1311,17 +1321,11 @@ class _Tick:
 
         It holds while the busiest demand recorded within the node reaction time (what capacity given
         back takes to return) comes within the scale-in headroom of the rate it was measured at: a dip
-        of one tick below that rate is not evidence that fewer replicas would do. It does not hold while
-        the objective is out of reach at any fleet size (`execution_bound`).
+        of one tick below that rate is not evidence that fewer replicas would do. (An execution-bound
+        breach suspends it without erasing it: `scale_in_gate`.)
         """
         m = self.model
         if m.floor_replicas <= 0 or not _finite(m.floor_rate_per_s):
-            return False
-        if self.execution_bound(self.running.max_queue_delay_us, self.running.instance_count):
-            # Too few for an objective no replica count meets is no evidence about capacity: a floor
-            # recorded before the pool learnt that (at its first breach, before the tail was learnt)
-            # would hold the fleet for as long as the load stays (held-out seed 2: two nodes all hour on
-            # "9 were too few at 16/s", read at its first tick; dev seed 30: a node for 20 minutes).
             return False
         busiest = max(self.fc.replicas_per_s, self.fc.recent_peak_per_s)
         return busiest >= m.floor_rate_per_s * (1.0 - self.p.scale_in_demand_headroom)
