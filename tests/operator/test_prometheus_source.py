@@ -75,7 +75,13 @@ async def test_signals_of_a_pool_under_load(
     # inferences arrived at is the load's (200 req/s of one inference each).
     assert s.inference_rate_seen_per_s >= s.inference_rate_per_s
     assert s.inference_rate_seen_per_s == pytest.approx(200.0, rel=0.3)
-    assert 0 < s.queue_time_us <= 4000 * 3  # a 4 ms batching window dominates queueing
+    # The mean queue per request, against the executor's own statistics over the same requests (the window
+    # spans all of them). Not a fixed bound: how long requests queue depends on how busy the machine is
+    # (a CI run with another process on the CPU read 26 ms behind a 4 ms batching window).
+    queue = entry["inference_stats"]["queue"]
+    true_queue_us = int(queue["ns"]) / int(queue["count"]) / 1000.0
+    assert true_queue_us > 0
+    assert s.queue_time_us == pytest.approx(true_queue_us, rel=0.1)
     assert s.compute_us_per_exec >= 3000 * 0.9
     assert 0 <= s.age_s < 10
     assert 0 < s.gpu_utilization <= 1  # the executor emulates nv_gpu_utilization from its busy time
