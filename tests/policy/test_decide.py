@@ -1173,6 +1173,28 @@ def test_the_pool_measured_meeting_the_objective_overrules_a_pessimistic_model(k
     assert run(CurvePoint(60.0, 150.0, 0.0, NOW - 60, 8, 8), met).replicas == 16
 
 
+def test_the_pool_measured_missing_the_target_overrules_an_optimistic_model(kit: SimpleNamespace) -> None:
+    """Found on dev-006 (long prompts): the model asked for 24 replicas at 1,620/s where 130 had missed the
+    target at 12/s each. Here 16 replicas met it at 10/s each and missed it at 40/s each (165 ms over 4
+    readings). At 400/s the model alone comes down to 4; 10 would load each at 40/s, so 11 at the fewest,
+    12 after the scale-in dead-band's 10 % more demand — and it says so."""
+    spec = kit.make_spec(replicas={"min": 1, "max": 64}, **ONE_CONFIG)
+    base = settled_state(16, kit.batching(0), need=4)
+    met = CurvePoint(10.0, 100.0, 0.0, NOW - 600, 16, 8)
+    missed = CurvePoint(40.0, 165.0, 0.0, NOW - 60, 16, 4)
+
+    def run(*curve: CurvePoint) -> Decision:
+        assert base.latency_model is not None
+        state = replace(base, latency_model=replace(base.latency_model, p99_curve=curve))
+        return decide(spec, state, sig(400, 110, ready=16), NOW)
+
+    modelled = run(met)
+    vetoed = run(met, missed)
+    assert modelled.replicas == 4, modelled.reasons
+    assert vetoed.replicas == 12 and vetoed.actions == ("scale",), vetoed.reasons
+    assert any(r.startswith("measured misses: 11 replicas at the fewest at 400/s") for r in vetoed.reasons)
+
+
 def test_a_released_node_is_not_asked_back_on_the_next_tick_at_the_same_demand(kit: SimpleNamespace) -> None:
     """A release lowers the replicas below what the objective's margin asks (the target itself is met at
     more demand); the next tick, with the node pool having read the release and the same signals, must

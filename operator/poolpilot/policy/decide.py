@@ -588,6 +588,7 @@ class _Tick:
             running_delay_us=self.running.max_queue_delay_us,
             measured=self.measured_curve(),
             evidence_headroom=self.p.scale_in_demand_headroom,
+            miss_ms=self.target_ms if math.isfinite(objective_ms) else math.inf,
         )
 
     def strict_problem(self, rate_per_s: float, objective_ms: float) -> Problem:
@@ -1092,6 +1093,12 @@ class _Tick:
                 f"measured: {c.chosen.replicas} replicas meet the objective at {lam_plan:.0f}/s and "
                 f"{self.p.scale_in_demand_headroom:.0%} more — the pool met it at as much load per replica "
                 f"(the model alone asks for {c.chosen.modelled_replicas})"
+            )
+        if c.chosen.unvetoed_replicas is not None:
+            self.reasons.append(
+                f"measured misses: {c.chosen.replicas} replicas at the fewest at {lam_plan:.0f}/s — the pool "
+                f"missed {self.target_ms:.0f} ms at as much load per replica on as many replicas (the model "
+                f"alone asks for {c.chosen.unvetoed_replicas})"
             )
         running = self.running
         if changed and not c.emergency and (c.d, c.k) != (s.cur_d, s.cur_k):

@@ -29,6 +29,8 @@ class Candidate:
     # The model's count when the pool's own measurements showed fewer meeting the objective
     # (`measured_replicas`); None when `replicas` is the model's.
     modelled_replicas: int | None = None
+    # The count before the pool's measured misses raised it (`missed_replicas`); None when they did not.
+    unvetoed_replicas: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +54,9 @@ class Problem:
     # sizes for a forecast that may be low: a measurement at the edge of its data must hold 10 % beyond
     # it, as a scale-in must); 0 for the checks capacity is given back on, whose demand includes it.
     evidence_headroom: float = 0.0
+    # The p99 a measured point must exceed to veto fewer replicas (`missed_replicas`): the target the
+    # windows are judged by; inf (no veto) where the search sets the objective aside.
+    miss_ms: float = math.inf
 
 
 def predict(prob: Problem, replicas: int, delay_us: int, instances: int) -> tuple[float, float]:
@@ -84,13 +89,26 @@ def _ok(prob: Problem, replicas: int, delay_us: int, instances: int) -> bool:
 
 def fewest_replicas(prob: Problem, delay_us: int, instances: int, *, hi: int | None = None) -> Candidate:
     """The fewest replicas meeting the objective at (delay, instances): the model's answer, or fewer where
-    the running setting has been measured meeting it at as much load per replica (`measured_replicas`).
+    the running setting has been measured meeting it at as much load per replica (`measured_replicas`),
+    and never fewer than its measured misses allow (`missed_replicas`).
 
     `hi`, when given, is a replica count already known to meet the objective.
     """
     modelled = _fewest_modelled(prob, delay_us, instances, hi=hi)
     if not prob.measured or (delay_us, instances) != (prob.running_delay_us, prob.running_instances):
         return modelled
+    chosen = _with_measured_meets(prob, modelled, delay_us, instances)
+    vetoed = missed_replicas(prob.measured, prob.rate_per_s, prob.miss_ms, prob.params)
+    if vetoed is None or vetoed <= chosen.replicas:
+        return chosen
+    r = min(vetoed, prob.max_replicas)
+    p99, util = predict(prob, r, delay_us, instances)
+    ok = chosen.feasible and vetoed <= prob.max_replicas and util <= prob.max_utilization
+    return Candidate(delay_us, instances, r, p99, util, ok, None, chosen.replicas)
+
+
+def _with_measured_meets(prob: Problem, modelled: Candidate, delay_us: int, instances: int) -> Candidate:
+    """The model's answer lowered to what the running setting has been measured meeting the objective with."""
     demand = prob.rate_per_s * (1.0 + prob.evidence_headroom)
     measured = measured_replicas(prob.measured, demand, prob.objective_ms, prob.params)
     if measured is None:
@@ -102,6 +120,36 @@ def fewest_replicas(prob: Problem, delay_us: int, instances: int, *, hi: int | N
     if util > prob.max_utilization:
         return modelled
     return Candidate(delay_us, instances, r, prob.objective_ms, util, True, modelled.replicas)
+
+
+def missed_replicas(
+    curve: tuple[CurvePoint, ...], rate_per_s: float, miss_ms: float, params: PolicyParams
+) -> int | None:
+    """The fewest replicas the running setting's measured misses leave possible at this demand (None: no
+    miss bounds it).
+
+    A replica never gets faster with more load, nor with fewer replicas sharing it (a round-robin load is
+    smoother spread wider): a window that missed `miss_ms` at load u per replica on R replicas says every
+    count up to R that loads each replica at least u misses too. Such a point counts only above the load
+    of one that met it (lower reading, `curve_level` at −`curve_z`, over `miss_ms`; the lighter one's
+    upper reading under it): a pool measured meeting the objective at less load is one more replicas help,
+    where an objective no load meets (execution-bound) is left to the guard, which buys nothing for it.
+    The model prices a replica from one fitted line; where it is wrong far from its data (long prompts:
+    24 replicas predicted at 236 ms where 130 measured 258 ms), the pool's own misses overrule it.
+    """
+    if not rate_per_s > 0 or not math.isfinite(miss_ms):
+        return None
+    lightest_met = math.inf
+    bound = 0
+    for point in curve:  # lightest load first
+        if curve_level(point, params.curve_z) <= miss_ms:
+            lightest_met = min(lightest_met, point.rate_per_replica_per_s)
+            continue
+        if point.rate_per_replica_per_s <= lightest_met or curve_level(point, -params.curve_z) <= miss_ms:
+            continue
+        loaded = math.floor(rate_per_s / point.rate_per_replica_per_s + 1e-9)
+        bound = max(bound, min(point.replicas, loaded) + 1)
+    return bound if bound > 1 else None
 
 
 def measured_replicas(
@@ -241,7 +289,8 @@ def cheapest(
 ) -> Candidate:
     """Fewest replicas over all candidates; ties: the running (delay, instances), then lowest p99.
 
-    When nothing is feasible within replicas.max, the lowest predicted p99 at replicas.max wins.
+    When nothing is feasible within replicas.max, the lowest predicted p99 at replicas.max wins. Where
+    the running setting's measured misses raised its count (`missed_replicas`), it is the answer.
     `exclude`: (delay, instances) settings not to propose (the running one is always evaluated).
     """
     order = [(d, k) for k in instances for d in delays_us if (d, k) == current or (d, k) not in exclude]
@@ -249,6 +298,10 @@ def cheapest(
         order.remove(current)
         order.insert(0, current)
     best = fewest_replicas(prob, *order[0])
+    if best.unvetoed_replicas is not None and order[0] == current:
+        # The pool's misses overrule the model at the running setting: the same model is not trusted to
+        # pick another one (whose move would also clear the curve that holds the evidence).
+        return best
     lo = max(prob.min_replicas, 1 if prob.rate_per_s > 0 else 0)
     for d, k in order[1:]:
         if best.feasible and prob.rate_per_s > 0:
