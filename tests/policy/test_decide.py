@@ -1193,6 +1193,23 @@ def test_the_pool_measured_missing_the_target_overrules_an_optimistic_model(kit:
     assert modelled.replicas == 4, modelled.reasons
     assert vetoed.replicas == 12 and vetoed.actions == ("scale",), vetoed.reasons
     assert any(r.startswith("measured misses: 11 replicas at the fewest at 400/s") for r in vetoed.reasons)
+    # Over the objective (target less the 5 % margin) but within the target: no miss, the model decides.
+    assert run(met, replace(missed, p99_mean_ms=146.0)).replicas == 4
+
+
+def test_the_pools_misses_scale_out_without_a_breach(kit: SimpleNamespace) -> None:
+    """4 replicas read 110 ms (no breach) in a window whose requests arrived at 400/s in part of it (the
+    mean 300/s: no curve point), and the model says they meet the objective; the pool missed the target
+    at 40/s each on 16. Fewer than 11 load each with 40/s or more: scale out to 11 now, not after the
+    breach the misses predict (the utilisation gate's "p99 meets the objective" is the model's word)."""
+    spec = kit.make_spec(replicas={"min": 1, "max": 64}, **ONE_CONFIG)
+    base = settled_state(4, kit.batching(0))
+    assert base.latency_model is not None
+    curve = (CurvePoint(10.0, 100.0, 0.0, NOW - 600, 16, 8), CurvePoint(40.0, 165.0, 0.0, NOW - 60, 16, 4))
+    state = replace(base, latency_model=replace(base.latency_model, p99_curve=curve))
+    d = decide(spec, state, sig(300, 110, ready=4, inference_rate_seen_per_s=400.0), NOW)
+    assert d.actions == ("scale",) and d.replicas == 11, d.reasons
+    assert d.reasons[0].startswith("scale out 4→11"), d.reasons
 
 
 def test_a_released_node_is_not_asked_back_on_the_next_tick_at_the_same_demand(kit: SimpleNamespace) -> None:

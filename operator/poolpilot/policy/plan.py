@@ -29,8 +29,10 @@ class Candidate:
     # The model's count when the pool's own measurements showed fewer meeting the objective
     # (`measured_replicas`); None when `replicas` is the model's.
     modelled_replicas: int | None = None
-    # The count before the pool's measured misses raised it (`missed_replicas`); None when they did not.
+    # The count before the pool's measured misses raised it (`missed_replicas`), and the fewest those
+    # misses leave (above `replicas` when replicas.max caps it); None when they did not raise it.
     unvetoed_replicas: int | None = None
+    vetoed_replicas: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,13 +100,16 @@ def fewest_replicas(prob: Problem, delay_us: int, instances: int, *, hi: int | N
     if not prob.measured or (delay_us, instances) != (prob.running_delay_us, prob.running_instances):
         return modelled
     chosen = _with_measured_meets(prob, modelled, delay_us, instances)
-    vetoed = missed_replicas(prob.measured, prob.rate_per_s, prob.miss_ms, prob.params)
-    if vetoed is None or vetoed <= chosen.replicas:
+    miss = missed_replicas(prob.measured, prob.rate_per_s, prob.miss_ms, prob.params)
+    if miss is None or miss.replicas <= chosen.replicas:
         return chosen
-    r = min(vetoed, prob.max_replicas)
+    r = min(miss.replicas, prob.max_replicas)
     p99, util = predict(prob, r, delay_us, instances)
-    ok = chosen.feasible and vetoed <= prob.max_replicas and util <= prob.max_utilization
-    return Candidate(delay_us, instances, r, p99, util, ok, None, chosen.replicas)
+    capped = miss.replicas > prob.max_replicas
+    if capped:  # r loads each replica at least as the miss did: its p99 is no lower than the miss's
+        p99 = max(p99, miss.p99_ms)
+    ok = chosen.feasible and not capped and util <= prob.max_utilization
+    return Candidate(delay_us, instances, r, p99, util, ok, None, chosen.replicas, miss.replicas)
 
 
 def _with_measured_meets(prob: Problem, modelled: Candidate, delay_us: int, instances: int) -> Candidate:
@@ -122,34 +127,53 @@ def _with_measured_meets(prob: Problem, modelled: Candidate, delay_us: int, inst
     return Candidate(delay_us, instances, r, prob.objective_ms, util, True, modelled.replicas)
 
 
+@dataclass(frozen=True, slots=True)
+class MissBound:
+    """The fewest replicas a measured miss leaves possible, and the miss's p99 (its lower reading)."""
+
+    replicas: int
+    p99_ms: float
+
+
 def missed_replicas(
     curve: tuple[CurvePoint, ...], rate_per_s: float, miss_ms: float, params: PolicyParams
-) -> int | None:
+) -> MissBound | None:
     """The fewest replicas the running setting's measured misses leave possible at this demand (None: no
     miss bounds it).
 
     A replica never gets faster with more load, nor with fewer replicas sharing it (a round-robin load is
     smoother spread wider): a window that missed `miss_ms` at load u per replica on R replicas says every
-    count up to R that loads each replica at least u misses too. Such a point counts only above the load
-    of one that met it (lower reading, `curve_level` at −`curve_z`, over `miss_ms`; the lighter one's
-    upper reading under it): a pool measured meeting the objective at less load is one more replicas help,
-    where an objective no load meets (execution-bound) is left to the guard, which buys nothing for it.
-    The model prices a replica from one fitted line; where it is wrong far from its data (long prompts:
-    24 replicas predicted at 236 ms where 130 measured 258 ms), the pool's own misses overrule it.
+    count up to R that loads each replica at least u misses too. A point is a miss when its lower reading
+    (`curve_level` at −`curve_z`) is over `miss_ms`, a meet when its upper reading is under it. A miss
+    counts only above the load of a meet: a pool measured meeting the objective at less load is one more
+    replicas help, where an objective no load meets (execution-bound) is left to the guard, which buys
+    nothing for it. And a meet at as much load or more on no more replicas withdraws it (the mirror of
+    `measured_replicas`' rule: one of the two readings was a draw, and a bound that keeps the pool off
+    that load would never read it again). The model prices a replica from one fitted line; where it is
+    wrong far from its data (long prompts: 24 replicas predicted at 236 ms where 130 measured 258 ms),
+    the pool's own misses overrule it.
     """
     if not rate_per_s > 0 or not math.isfinite(miss_ms):
         return None
-    lightest_met = math.inf
-    bound = 0
-    for point in curve:  # lightest load first
-        if curve_level(point, params.curve_z) <= miss_ms:
-            lightest_met = min(lightest_met, point.rate_per_replica_per_s)
+    met = [c for c in curve if curve_level(c, params.curve_z) <= miss_ms]
+    if not met:
+        return None
+    lightest_met = min(c.rate_per_replica_per_s for c in met)
+    best: MissBound | None = None
+    for point in curve:
+        low_ms = curve_level(point, -params.curve_z)
+        if point.rate_per_replica_per_s <= lightest_met or low_ms <= miss_ms:
             continue
-        if point.rate_per_replica_per_s <= lightest_met or curve_level(point, -params.curve_z) <= miss_ms:
+        if any(
+            c.rate_per_replica_per_s >= point.rate_per_replica_per_s and c.replicas <= point.replicas
+            for c in met
+        ):
             continue
         loaded = math.floor(rate_per_s / point.rate_per_replica_per_s + 1e-9)
-        bound = max(bound, min(point.replicas, loaded) + 1)
-    return bound if bound > 1 else None
+        bound = min(point.replicas, loaded) + 1
+        if bound > 1 and (best is None or bound > best.replicas):
+            best = MissBound(bound, low_ms)
+    return best
 
 
 def measured_replicas(
@@ -290,7 +314,8 @@ def cheapest(
     """Fewest replicas over all candidates; ties: the running (delay, instances), then lowest p99.
 
     When nothing is feasible within replicas.max, the lowest predicted p99 at replicas.max wins. Where
-    the running setting's measured misses raised its count (`missed_replicas`), it is the answer.
+    the running setting's measured misses raised its count (`missed_replicas`) and it stays feasible, it
+    is the answer.
     `exclude`: (delay, instances) settings not to propose (the running one is always evaluated).
     """
     order = [(d, k) for k in instances for d in delays_us if (d, k) == current or (d, k) not in exclude]
@@ -298,9 +323,10 @@ def cheapest(
         order.remove(current)
         order.insert(0, current)
     best = fewest_replicas(prob, *order[0])
-    if best.unvetoed_replicas is not None and order[0] == current:
+    if best.unvetoed_replicas is not None and best.feasible and order[0] == current:
         # The pool's misses overrule the model at the running setting: the same model is not trusted to
-        # pick another one (whose move would also clear the curve that holds the evidence).
+        # pick another one (whose move would also clear the curve that holds the evidence) — unless the
+        # running setting cannot meet the objective within replicas.max.
         return best
     lo = max(prob.min_replicas, 1 if prob.rate_per_s > 0 else 0)
     for d, k in order[1:]:
