@@ -588,7 +588,6 @@ class _Tick:
             running_delay_us=self.running.max_queue_delay_us,
             measured=self.measured_curve(),
             evidence_headroom=self.p.scale_in_demand_headroom,
-            miss_ms=self.target_ms if math.isfinite(objective_ms) else math.inf,
         )
 
     def strict_problem(self, rate_per_s: float, objective_ms: float) -> Problem:
@@ -938,22 +937,13 @@ class _Tick:
         """Replicas the plan and the guard ask for at (d, k), before the floor of the running count."""
         R = self.state.replicas
         raw = max(chosen.replicas, 0 if g.bound else g.r_guard)
-        vetoed = chosen.unvetoed_replicas is not None  # the pool measured more replicas helping
-        if not chosen.feasible and not vetoed and raw > R and self.execution_bound(d, k):
+        if not chosen.feasible and raw > R and self.execution_bound(d, k):
             # Infeasible at any fleet size and the fleet does not queue: replicas only for capacity
             # (the utilisation cap), none for the objective they cannot reach.
             raw = min(raw, max(R, self.capacity_replicas(lam_plan, d, k)))
-        if (
-            raw > R
-            and not vetoed
-            and g.r_guard <= R
-            and not g.lost
-            and self.ready >= R
-            and (d, k) == (s.cur_d, s.cur_k)
-        ):
+        if raw > R and g.r_guard <= R and not g.lost and self.ready >= R and (d, k) == (s.cur_d, s.cur_k):
             # A scale-out for the utilisation cap alone (the p99 meets the objective) waits until
-            # the cap is exceeded by the tolerance: the cap is an extrapolation to full batches. Not
-            # where the pool's misses rule R out: "meets" is then the model's word they overrule.
+            # the cap is exceeded by the tolerance: the cap is an extrapolation to full batches.
             p_now, u_now = self.predict(R, d, k, lam_plan)
             cap = self.spec.slo.target_gpu_utilization
             if p_now <= self.objective_ms and u_now <= cap * (1.0 + self.p.scale_in_tolerance):
@@ -1009,7 +999,7 @@ class _Tick:
         lam_ahead = fc.nodes_per_s
         ahead = fewest_replicas(self.problem(lam_ahead, self.objective_ms), c.d, c.k)
         r_ahead = ahead.replicas
-        if not ahead.feasible and ahead.unvetoed_replicas is None and self.execution_bound(c.d, c.k):
+        if not ahead.feasible and self.execution_bound(c.d, c.k):
             r_ahead = self.capacity_replicas(
                 lam_ahead, c.d, c.k
             )  # no node bought for an unreachable objective
@@ -1102,12 +1092,6 @@ class _Tick:
                 f"measured: {c.chosen.replicas} replicas meet the objective at {lam_plan:.0f}/s and "
                 f"{self.p.scale_in_demand_headroom:.0%} more — the pool met it at as much load per replica "
                 f"(the model alone asks for {c.chosen.modelled_replicas})"
-            )
-        if c.chosen.unvetoed_replicas is not None:
-            self.reasons.append(
-                f"measured misses: {c.chosen.vetoed_replicas} replicas at the fewest at {lam_plan:.0f}/s — "
-                f"the pool missed {self.target_ms:.0f} ms at as much load per replica on as many replicas "
-                f"(the model alone asks for {c.chosen.unvetoed_replicas})"
             )
         running = self.running
         if changed and not c.emergency and (c.d, c.k) != (s.cur_d, s.cur_k):

@@ -29,10 +29,6 @@ class Candidate:
     # The model's count when the pool's own measurements showed fewer meeting the objective
     # (`measured_replicas`); None when `replicas` is the model's.
     modelled_replicas: int | None = None
-    # The count before the pool's measured misses raised it (`missed_replicas`), and the fewest those
-    # misses leave (above `replicas` when replicas.max caps it); None when they did not raise it.
-    unvetoed_replicas: int | None = None
-    vetoed_replicas: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +52,6 @@ class Problem:
     # sizes for a forecast that may be low: a measurement at the edge of its data must hold 10 % beyond
     # it, as a scale-in must); 0 for the checks capacity is given back on, whose demand includes it.
     evidence_headroom: float = 0.0
-    # The p99 a measured point must exceed to veto fewer replicas (`missed_replicas`): the target the
-    # windows are judged by; inf (no veto) where the search sets the objective aside.
-    miss_ms: float = math.inf
 
 
 def predict(prob: Problem, replicas: int, delay_us: int, instances: int) -> tuple[float, float]:
@@ -91,29 +84,13 @@ def _ok(prob: Problem, replicas: int, delay_us: int, instances: int) -> bool:
 
 def fewest_replicas(prob: Problem, delay_us: int, instances: int, *, hi: int | None = None) -> Candidate:
     """The fewest replicas meeting the objective at (delay, instances): the model's answer, or fewer where
-    the running setting has been measured meeting it at as much load per replica (`measured_replicas`),
-    and never fewer than its measured misses allow (`missed_replicas`).
+    the running setting has been measured meeting it at as much load per replica (`measured_replicas`).
 
     `hi`, when given, is a replica count already known to meet the objective.
     """
     modelled = _fewest_modelled(prob, delay_us, instances, hi=hi)
     if not prob.measured or (delay_us, instances) != (prob.running_delay_us, prob.running_instances):
         return modelled
-    chosen = _with_measured_meets(prob, modelled, delay_us, instances)
-    miss = missed_replicas(prob.measured, prob.rate_per_s, prob.miss_ms, prob.params)
-    if miss is None or miss.replicas <= chosen.replicas:
-        return chosen
-    r = min(miss.replicas, prob.max_replicas)
-    p99, util = predict(prob, r, delay_us, instances)
-    capped = miss.replicas > prob.max_replicas
-    if capped:  # r loads each replica at least as the miss did: its p99 is no lower than the miss's
-        p99 = max(p99, miss.p99_ms)
-    ok = chosen.feasible and not capped and util <= prob.max_utilization
-    return Candidate(delay_us, instances, r, p99, util, ok, None, chosen.replicas, miss.replicas)
-
-
-def _with_measured_meets(prob: Problem, modelled: Candidate, delay_us: int, instances: int) -> Candidate:
-    """The model's answer lowered to what the running setting has been measured meeting the objective with."""
     demand = prob.rate_per_s * (1.0 + prob.evidence_headroom)
     measured = measured_replicas(prob.measured, demand, prob.objective_ms, prob.params)
     if measured is None:
@@ -125,55 +102,6 @@ def _with_measured_meets(prob: Problem, modelled: Candidate, delay_us: int, inst
     if util > prob.max_utilization:
         return modelled
     return Candidate(delay_us, instances, r, prob.objective_ms, util, True, modelled.replicas)
-
-
-@dataclass(frozen=True, slots=True)
-class MissBound:
-    """The fewest replicas a measured miss leaves possible, and the miss's p99 (its lower reading)."""
-
-    replicas: int
-    p99_ms: float
-
-
-def missed_replicas(
-    curve: tuple[CurvePoint, ...], rate_per_s: float, miss_ms: float, params: PolicyParams
-) -> MissBound | None:
-    """The fewest replicas the running setting's measured misses leave possible at this demand (None: no
-    miss bounds it).
-
-    A replica never gets faster with more load, nor with fewer replicas sharing it (a round-robin load is
-    smoother spread wider): a window that missed `miss_ms` at load u per replica on R replicas says every
-    count up to R that loads each replica at least u misses too. A point is a miss when its lower reading
-    (`curve_level` at −`curve_z`) is over `miss_ms`, a meet when its upper reading is under it. A miss
-    counts only above the load of a meet: a pool measured meeting the objective at less load is one more
-    replicas help, where an objective no load meets (execution-bound) is left to the guard, which buys
-    nothing for it. And a meet at as much load or more on no more replicas withdraws it (the mirror of
-    `measured_replicas`' rule: one of the two readings was a draw, and a bound that keeps the pool off
-    that load would never read it again). The model prices a replica from one fitted line; where it is
-    wrong far from its data (long prompts: 24 replicas predicted at 236 ms where 130 measured 258 ms),
-    the pool's own misses overrule it.
-    """
-    if not rate_per_s > 0 or not math.isfinite(miss_ms):
-        return None
-    met = [c for c in curve if curve_level(c, params.curve_z) <= miss_ms]
-    if not met:
-        return None
-    lightest_met = min(c.rate_per_replica_per_s for c in met)
-    best: MissBound | None = None
-    for point in curve:
-        low_ms = curve_level(point, -params.curve_z)
-        if point.rate_per_replica_per_s <= lightest_met or low_ms <= miss_ms:
-            continue
-        if any(
-            c.rate_per_replica_per_s >= point.rate_per_replica_per_s and c.replicas <= point.replicas
-            for c in met
-        ):
-            continue
-        loaded = math.floor(rate_per_s / point.rate_per_replica_per_s + 1e-9)
-        bound = min(point.replicas, loaded) + 1
-        if bound > 1 and (best is None or bound > best.replicas):
-            best = MissBound(bound, low_ms)
-    return best
 
 
 def measured_replicas(
@@ -313,9 +241,7 @@ def cheapest(
 ) -> Candidate:
     """Fewest replicas over all candidates; ties: the running (delay, instances), then lowest p99.
 
-    When nothing is feasible within replicas.max, the lowest predicted p99 at replicas.max wins. Where
-    the running setting's measured misses raised its count (`missed_replicas`) and it stays feasible, it
-    is the answer.
+    When nothing is feasible within replicas.max, the lowest predicted p99 at replicas.max wins.
     `exclude`: (delay, instances) settings not to propose (the running one is always evaluated).
     """
     order = [(d, k) for k in instances for d in delays_us if (d, k) == current or (d, k) not in exclude]
@@ -323,11 +249,6 @@ def cheapest(
         order.remove(current)
         order.insert(0, current)
     best = fewest_replicas(prob, *order[0])
-    if best.unvetoed_replicas is not None and best.feasible and order[0] == current:
-        # The pool's misses overrule the model at the running setting: the same model is not trusted to
-        # pick another one (whose move would also clear the curve that holds the evidence) — unless the
-        # running setting cannot meet the objective within replicas.max.
-        return best
     lo = max(prob.min_replicas, 1 if prob.rate_per_s > 0 else 0)
     for d, k in order[1:]:
         if best.feasible and prob.rate_per_s > 0:
