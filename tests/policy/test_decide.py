@@ -1362,8 +1362,10 @@ def test_a_floor_read_before_the_objective_was_known_out_of_reach_does_not_hold(
     spec = kit.make_spec(**ONE_CONFIG)
 
     def run(p99_ms: float) -> tuple[list[int], Decision, PoolState]:
-        model = replace(
-            LatencyModel(a_ms=50.0, b_ms=2.19, offset_ms=150.0 if p99_ms > 150 else 0.0),
+        model = LatencyModel(
+            a_ms=50.0,
+            b_ms=2.19,
+            offset_ms=150.0 if p99_ms > 150 else 0.0,
             floor_replicas=32,
             floor_rate_per_s=60.0,
             floor_p99_ms=220.0,
