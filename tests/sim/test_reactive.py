@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from poolpilot.sim.reactive import ReactivePlant, oracle_needs, reactive_reference
+from poolpilot.sim.reactive import ReactivePlant, oracle_needs, reactive_reference, unavoidable_misses
 
 # 8 replicas a node; a need is known 15 s into its minute and served 15 + 300 + 60 = 375 s later, i.e.
 # from the 7th window after its own (6 · 60 < 375 ≤ 7 · 60).
@@ -67,6 +67,19 @@ def test_a_start_above_the_first_need_is_billed_and_the_pool_maximum_caps_the_no
     assert ref.missed == (1, 2, 3, 4, 5, 6, 7)  # None asked for 12 at 75 s; 2 nodes ready at 435 s
 
 
+def test_no_controller_meets_a_minute_that_ends_before_what_it_asks_for_at_the_start_can_serve() -> None:
+    """Until the pod start only the start fleet serves; until a node lead more, its nodes filled."""
+    # Start 2 on one node of 8; pods serve from 60 s, a node asked for at t = 0 from 360 s.
+    needs: list[int | None] = [3, 8, 9, 9, 9, 9, 20, None, 4]
+    assert unavoidable_misses(needs, PLANT) == (0, 2, 3, 4, 5, 7)
+    assert unavoidable_misses([2, 8], PLANT) == ()  # the start fleet, then its node filled
+    # A longer pod start keeps the second minute on the start fleet alone; a shorter lead frees minute 5.
+    assert unavoidable_misses([2, 3], replace(PLANT, pod_start_s=120.0)) == (1,)
+    assert unavoidable_misses(needs, replace(PLANT, node_lead_s=240.0)) == (0, 2, 3, 4, 7)
+    # The pool's maximum caps what the start nodes hold.
+    assert unavoidable_misses([2, 7], replace(PLANT, max_replicas=6)) == (1,)
+
+
 def test_the_oracle_series_gives_each_minutes_need() -> None:
     nan = float("nan")
     series = {
@@ -94,6 +107,7 @@ def test_bad_plants_are_refused() -> None:
 def test_a_shorter_reaction_never_misses_more_and_no_reaction_misses_only_what_no_fleet_meets(
     needs: list[int | None], lead_s: float, pod_s: float, start: int
 ) -> None:
+    """And the reference, one controller from the start, misses every minute no controller meets."""
     plant = replace(
         PLANT, start_replicas=start, node_lead_s=lead_s, pod_start_s=pod_s, duration_s=60.0 * len(needs)
     )
@@ -102,5 +116,6 @@ def test_a_shorter_reaction_never_misses_more_and_no_reaction_misses_only_what_n
         reactive_reference(needs, replace(plant, node_lead_s=lead_s / 2, pod_start_s=pod_s / 2)).missed
     )
     assert fast <= slow
+    assert set(unavoidable_misses(needs, plant)) <= slow
     instant = reactive_reference(needs, replace(plant, node_lead_s=0.0, pod_start_s=0.0, notice_s=0.0))
     assert set(instant.missed) == {m for m, n in enumerate(needs) if n is None or n > 256}

@@ -123,6 +123,33 @@ def test_aggregate_counts_where_the_reactive_reference_meets_99() -> None:
     assert "not in every record" in suite.markdown([*recs, _record(1.0, True, None)], "dev", 1.0)
 
 
+def test_a_scenario_whose_first_minutes_no_controller_meets_puts_99_percent_out_of_reach() -> None:
+    """Minutes that end before a node asked for at t = 0 serves, needing more than the start nodes hold."""
+    spec = draw_spec("dev", 3, 3600.0)
+    params = spec.params()
+    first = int((params.node_provisioning_s + params.pod_start_s) // 60) - 1  # the last such minute
+    assert first >= 1
+
+    def rec(pp: float, need_then: int) -> dict[str, Any]:
+        r = _record(pp, True, 1.0)
+        r["spec"] = asdict(spec)
+        r["start_replicas"] = 3
+        r["oracle_needs"] = [3] * first + [need_then] + [40] * (59 - first)
+        return r
+
+    out_of_reach, within = rec(58 / 60, 9), rec(1.0, 8)  # 9 > one node filled; 8 fits on it
+    assert judge(out_of_reach)["unavoidable"] == [first] and judge(out_of_reach)["goal_reachable"] is False
+    assert judge(within)["unavoidable"] == [] and judge(within)["goal_reachable"] is True
+    agg = suite.aggregate([out_of_reach, within])
+    assert agg["with_fixed_fleet_99"] == 2 and agg["with_goal_reachable"] == 1
+    assert agg["fraction_pp_meets_99_reachable"] == pytest.approx(1.0)
+    text = suite.markdown([out_of_reach, within], "dev", 1.0)
+    assert "of those, 1 leave 99 % within reach" in text and "PoolPilot meets 99 % in 100.0% of those" in text
+    assert f"| none | {first} |" in text  # no own misses; the unavoidable minute
+    # A record without the oracle's needs: nothing is claimed.
+    assert suite.aggregate([_record(1.0, True, 1.0)])["with_goal_reachable"] is None
+
+
 def test_reuse_adds_the_reactive_reference_and_then_keeps_the_oracles_needs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -141,7 +168,7 @@ def test_reuse_adds_the_reactive_reference_and_then_keeps_the_oracles_needs(
         duration_s=240.0,
     )
     trace = suite.build_trace(spec, None)
-    assert suite.reactive_plant(spec.params(), first["start_replicas"], trace) == plant
+    assert suite.reactive_plant(spec.params(), first["start_replicas"], trace.duration_s) == plant
     assert first["reactive"] == asdict(reactive_reference(needs, plant))
     pp = first["results"]["poolpilot"]
     assert len(pp["missed"]) == round((1.0 - pp["windows"]) * len(needs)) > 0  # as attainment counts
