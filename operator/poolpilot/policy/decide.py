@@ -1225,8 +1225,10 @@ class _Tick:
         # What the scale-in stages left: the target if they chose one below the running count, else that.
         keep = min(target, self.state.replicas)
         if max(planned, r_ahead) > paid:
-            now_ok = fewest_replicas(self.problem(lam_plan, node_ms), d, k)
-            ahead_ok = fewest_replicas(self.problem(lam_ahead, node_ms), d, k)
+            # The node envelope already carries the rise a node lead can bring: the pool's own
+            # measurements count at the demand itself, without the plan's evidence headroom on top.
+            now_ok = fewest_replicas(replace(self.problem(lam_plan, node_ms), evidence_headroom=0.0), d, k)
+            ahead_ok = fewest_replicas(replace(self.problem(lam_ahead, node_ms), evidence_headroom=0.0), d, k)
             if now_ok.feasible and ahead_ok.feasible and max(now_ok.replicas, ahead_ok.replicas) <= paid:
                 if keep > paid:
                     self.reasons.append(
