@@ -1173,6 +1173,38 @@ def test_the_pool_measured_meeting_the_objective_overrules_a_pessimistic_model(k
     assert run(CurvePoint(60.0, 150.0, 0.0, NOW - 60, 8, 8), met).replicas == 16
 
 
+def test_no_node_is_opened_where_the_paid_replicas_were_measured_meeting_this_demand(
+    kit: SimpleNamespace,
+) -> None:
+    """The model's tail (+40 ms) asks for 16; 8 replicas on the one paid node were measured meeting the
+    objective at 90/s each. At 700/s (87.5/s each) the plan still asks for more, because its evidence must
+    cover 10 % more demand, but no node is opened for that: the node envelope is what carries the rise a
+    node lead can bring, and at the demand itself the paid node was measured meeting it."""
+    spec = kit.make_spec(replicas={"min": 1, "max": 64}, **ONE_CONFIG)
+    base = settled_state(PER_NODE, kit.batching(0), need=PER_NODE)
+    assert base.latency_model is not None
+    met = CurvePoint(90.0, 110.0, 4.0, NOW - 60, PER_NODE, 8)
+    state = replace(base, latency_model=replace(base.latency_model, offset_ms=40.0, p99_curve=(met,)))
+
+    def tick(rate: float) -> Decision:
+        return decide(
+            spec,
+            state,
+            sig(rate, 110, ready=PER_NODE),
+            NOW,
+            node_pool=kit.make_node_pool(),
+            paid_replicas=PER_NODE,
+        )
+
+    d = tick(700.0)
+    assert d.replicas == PER_NODE, d.reasons
+    assert d.node_demand is not None and d.node_demand.gpus_ahead <= PER_NODE, d.reasons
+    assert any(r.startswith("margin without a new node") for r in d.reasons), d.reasons
+    # Beyond the load per replica it was measured at, the model decides, and it opens the node.
+    more = tick(760.0)
+    assert more.node_demand is not None and more.node_demand.gpus_ahead > PER_NODE, more.reasons
+
+
 def test_a_released_node_is_not_asked_back_on_the_next_tick_at_the_same_demand(kit: SimpleNamespace) -> None:
     """A release lowers the replicas below what the objective's margin asks (the target itself is met at
     more demand); the next tick, with the node pool having read the release and the same signals, must
