@@ -1176,21 +1176,22 @@ def test_the_pool_measured_meeting_the_objective_overrules_a_pessimistic_model(k
 def test_no_node_is_opened_where_the_paid_replicas_were_measured_meeting_this_demand(
     kit: SimpleNamespace,
 ) -> None:
-    """The model's tail (+40 ms) asks for 16; 8 replicas on the one paid node were measured meeting the
+    """The model's tail asks for more than 8; 8 replicas on the one paid node were measured meeting the
     objective at 90/s each. At 700/s (87.5/s each) the plan still asks for more, because its evidence must
-    cover 10 % more demand, but no node is opened for that: the node envelope is what carries the rise a
-    node lead can bring, and at the demand itself the paid node was measured meeting it."""
+    cover 10 % more demand (the scale-in dead-band), but no node is opened for that: at the demand itself
+    the paid node was measured meeting it. Not while the window in hand breaches on those 8."""
     spec = kit.make_spec(replicas={"min": 1, "max": 64}, **ONE_CONFIG)
     base = settled_state(PER_NODE, kit.batching(0), need=PER_NODE)
     assert base.latency_model is not None
     met = CurvePoint(90.0, 110.0, 4.0, NOW - 60, PER_NODE, 8)
     state = replace(base, latency_model=replace(base.latency_model, offset_ms=40.0, p99_curve=(met,)))
 
-    def tick(rate: float) -> Decision:
+    def tick(rate: float, p99: float = 110.0, **kw: Any) -> Decision:
+        queue_us = 1_000.0 if p99 <= 150.0 else 400_000.0
         return decide(
             spec,
-            state,
-            sig(rate, 110, ready=PER_NODE),
+            replace(state, **kw),
+            sig(rate, p99, ready=PER_NODE, queue_time_us=queue_us),
             NOW,
             node_pool=kit.make_node_pool(),
             paid_replicas=PER_NODE,
@@ -1200,9 +1201,14 @@ def test_no_node_is_opened_where_the_paid_replicas_were_measured_meeting_this_de
     assert d.replicas == PER_NODE, d.reasons
     assert d.node_demand is not None and d.node_demand.gpus_ahead <= PER_NODE, d.reasons
     assert any(r.startswith("margin without a new node") for r in d.reasons), d.reasons
-    # Beyond the load per replica it was measured at, the model decides, and it opens the node.
+    # Beyond the load per replica it was measured at, the evidence no longer covers it: the node opens.
     more = tick(760.0)
     assert more.node_demand is not None and more.node_demand.gpus_ahead > PER_NODE, more.reasons
+    # A breach on the paid replicas in the guard's cooldown (the guard itself asks for none) outweighs
+    # the older point: the node opens.
+    breach = tick(700.0, 160.0, last_scale_change_s=NOW - 30, last_scale_up_s=NOW - 30)
+    assert breach.node_demand is not None and breach.node_demand.gpus_ahead > PER_NODE, breach.reasons
+    assert not any(r.startswith("margin without a new node") for r in breach.reasons), breach.reasons
 
 
 def test_a_released_node_is_not_asked_back_on_the_next_tick_at_the_same_demand(kit: SimpleNamespace) -> None:

@@ -76,8 +76,11 @@ def test_no_controller_meets_a_minute_that_ends_before_what_it_asks_for_at_the_s
     # A longer pod start keeps the second minute on the start fleet alone; a shorter lead frees minute 5.
     assert unavoidable_misses([2, 3], replace(PLANT, pod_start_s=120.0)) == (1,)
     assert unavoidable_misses(needs, replace(PLANT, node_lead_s=240.0)) == (0, 2, 3, 4, 7)
-    # The pool's maximum caps what the start nodes hold.
+    # The pool's maximum caps what the start nodes hold; its node floor adds to them (billed too).
     assert unavoidable_misses([2, 7], replace(PLANT, max_replicas=6)) == (1,)
+    assert unavoidable_misses([2, 12], replace(PLANT, min_nodes=2)) == ()
+    floor = reactive_reference([2, 12], replace(PLANT, min_nodes=2, duration_s=120.0))
+    assert floor.missed == () and floor.gpu_hours == pytest.approx(2 * 2 * 8 * 60 / 3600)
 
 
 def test_the_oracle_series_gives_each_minutes_need() -> None:

@@ -52,10 +52,13 @@ class ReactivePlant:
     pod_start_s: float
     notice_s: float  # how far into a minute its need is known (one scrape interval)
     duration_s: float
+    min_nodes: int = 0  # the node pool's floor: the engine starts and keeps at least this many nodes
 
     def __post_init__(self) -> None:
         if self.replicas_per_node < 1 or self.gpus_per_node < 1 or self.max_replicas < 1:
             raise ValueError("replicas_per_node, gpus_per_node and max_replicas must be >= 1")
+        if self.min_nodes < 0:
+            raise ValueError("min_nodes must be >= 0")
         if min(self.node_lead_s, self.pod_start_s, self.notice_s) < 0 or self.duration_s <= 0:
             raise ValueError("node_lead_s, pod_start_s and notice_s must be >= 0 and duration_s > 0")
 
@@ -87,7 +90,7 @@ def reactive_reference(needs: Sequence[int | None], plant: ReactivePlant) -> Rea
         while k <= m and k * WINDOW_S + reaction_s <= t:
             ready_for = max(ready_for, asked[k])
             k += 1
-        ready = plant.start_replicas if t < plant.pod_start_s else _nodes(ready_for, per_node) * per_node
+        ready = plant.start_replicas if t < plant.pod_start_s else _held(ready_for, plant) * per_node
         ready = min(ready, plant.max_replicas)
         peak = max(peak, ready)
         if need is None or ready < need:
@@ -96,7 +99,7 @@ def reactive_reference(needs: Sequence[int | None], plant: ReactivePlant) -> Rea
         # (a notice early: a slight overcharge, never an undercharge).
         seen = max(seen, asked[m])
         span = max(0.0, min(WINDOW_S, plant.duration_s - t))
-        gpu_s += _nodes(seen, per_node) * plant.gpus_per_node * span
+        gpu_s += _held(seen, plant) * plant.gpus_per_node * span
     n = len(needs)
     return ReactiveReference(
         windows=(n - len(missed)) / n if n else 1.0,
@@ -121,9 +124,7 @@ def unavoidable_misses(needs: Sequence[int | None], plant: ReactivePlant) -> tup
     reactive reference's: a minute is judged by its own requests from an idle fleet. A backlog carried
     in would only add misses, and capacity arriving inside a minute is not credited.
     """
-    start_nodes_cap = min(
-        plant.max_replicas, _nodes(plant.start_replicas, plant.replicas_per_node) * plant.replicas_per_node
-    )
+    start_nodes_cap = min(plant.max_replicas, _held(plant.start_replicas, plant) * plant.replicas_per_node)
     out: list[int] = []
     for m, need in enumerate(needs):
         end_s = (m + 1) * WINDOW_S
@@ -136,6 +137,11 @@ def unavoidable_misses(needs: Sequence[int | None], plant: ReactivePlant) -> tup
         if need is None or (held is not None and need > held):
             out.append(m)
     return tuple(out)
+
+
+def _held(replicas: int, plant: ReactivePlant) -> int:
+    """The nodes the pool holds for `replicas`: whole nodes, never fewer than the pool's floor."""
+    return max(plant.min_nodes, _nodes(replicas, plant.replicas_per_node))
 
 
 def _nodes(replicas: int, per_node: int) -> int:

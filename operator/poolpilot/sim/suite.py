@@ -333,6 +333,7 @@ def reactive_plant(params: SimParams, start: int, duration_s: float) -> Reactive
         pod_start_s=params.pod_start_s,
         notice_s=params.scrape_interval_s,
         duration_s=duration_s,
+        min_nodes=params.min_nodes,
     )
 
 
