@@ -121,8 +121,10 @@ def unavoidable_misses(needs: Sequence[int | None], plant: ReactivePlant) -> tup
 
     A scenario with such a minute caps every controller's attainment below 1. Where the cap is under
     the suite's 99 % goal, no controller from the fair start reaches the goal there. The caveat is the
-    reactive reference's: a minute is judged by its own requests from an idle fleet. A backlog carried
-    in would only add misses, and capacity arriving inside a minute is not credited.
+    reactive reference's: a minute is judged by its own requests from an idle fleet, at the fewest
+    replicas a setting on the oracle's batching grid meets it with. A backlog carried in would only add
+    misses, and capacity is never early; a batching setting off the grid could meet a minute the grid
+    does not (none is known: docs/generalization.md, stop 37).
     """
     start_nodes_cap = min(plant.max_replicas, _held(plant.start_replicas, plant) * plant.replicas_per_node)
     out: list[int] = []
