@@ -590,13 +590,6 @@ class _Tick:
             evidence_headroom=self.p.scale_in_demand_headroom,
         )
 
-    def node_problem(
-        self, rate_per_s: float, objective_ms: float, evidence_headroom: float | None
-    ) -> Problem:
-        """The problem a node is priced on: the plan's, with this evidence headroom (None: the plan's)."""
-        prob = self.problem(rate_per_s, objective_ms)
-        return prob if evidence_headroom is None else replace(prob, evidence_headroom=evidence_headroom)
-
     def strict_problem(self, rate_per_s: float, objective_ms: float) -> Problem:
         """The problem capacity is given back on: the model at its recent peak corrections (capacity bought
         back takes a pod start or a node lead to return); the callers' demand carries the headroom."""
@@ -1209,7 +1202,7 @@ class _Tick:
         lam_ahead: float,
         *,
         can_release: bool,
-        breach: bool = False,
+        breach: bool,
     ) -> tuple[int, int, int]:
         """(replicas, planned replicas, replicas ahead) once node granularity is priced in.
 
@@ -1244,9 +1237,11 @@ class _Tick:
             # itself: the evidence headroom is the scale-in dead-band (demand a capacity given back must
             # still serve), and the envelope carries any measured rise. Not in a breach the replicas can
             # remove: the window in hand says the paid replicas miss, whatever an older point says.
-            head = None if breach else 0.0
-            now_ok = fewest_replicas(self.node_problem(lam_plan, node_ms, head), d, k)
-            ahead_ok = fewest_replicas(self.node_problem(lam_ahead, node_ms, head), d, k)
+            head = self.p.scale_in_demand_headroom if breach else 0.0
+            now_ok = fewest_replicas(replace(self.problem(lam_plan, node_ms), evidence_headroom=head), d, k)
+            ahead_ok = fewest_replicas(
+                replace(self.problem(lam_ahead, node_ms), evidence_headroom=head), d, k
+            )
             if now_ok.feasible and ahead_ok.feasible and max(now_ok.replicas, ahead_ok.replicas) <= paid:
                 if keep > paid:
                     self.reasons.append(
